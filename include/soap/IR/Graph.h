@@ -1,0 +1,132 @@
+// The IR graph: values (tensors) and ops in topological order. It holds only
+// tensor computation; ONNX shape arithmetic has been folded by the importer.
+#ifndef SOAP_IR_GRAPH_H
+#define SOAP_IR_GRAPH_H
+
+#include "soap/IR/OpSemantics.h"
+#include "soap/IR/Types.h"
+#include "llvm/Support/Error.h"
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace soap {
+
+using ValueId = int32_t;
+using OpId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+enum class ValueKind : uint8_t {
+  Input,      ///< a graph input: data or labels (synthetic when executed)
+  Weight,     ///< a trainable parameter (counts toward parameters)
+  State,      ///< a non-trainable buffer (BatchNorm running statistics)
+  Constant,   ///< a constant operand (scalars, masks); not trained
+  Activation, ///< produced by an op
+};
+llvm::StringRef valueKindName(ValueKind k);
+
+/// A tensor of the graph.
+struct Value {
+  ValueId id = kNoValue;
+  std::string name;
+  DType dtype = DType::F32;
+  TensorShape shape;
+  ValueKind kind = ValueKind::Activation;
+  OpId producer = -1; ///< -1 unless kind == Activation
+  int producerOutput = -1;
+  std::vector<OpId> users; ///< in topological order, an op once per use
+  /// The class of each tensor dimension (its "role"), set for graph inputs by
+  /// the importer and for activations by their producer's semantics.
+  std::vector<DimClass> dimClasses;
+  /// For Weight/State/Constant: whether the file held the data (stripped
+  /// weights keep dims only).
+  bool hasData = false;
+  /// Values of small constants (scalars, axes) when known, as doubles.
+  std::vector<double> data;
+
+  bool isActivationLike() const {
+    return kind == ValueKind::Activation || kind == ValueKind::Input;
+  }
+  int64_t bytes() const;
+};
+
+using AttrValue = std::variant<int64_t, double, std::string,
+                               std::vector<int64_t>, std::vector<double>>;
+
+/// An op: a kind from the registry, operands, attributes, and the semantics
+/// the registry derived for it.
+struct Op {
+  OpId id = -1;
+  std::string name;
+  std::string kind; ///< ONNX op type, or a soapc kind (e.g. "LSTMCell")
+  std::vector<ValueId> inputs;  ///< kNoValue for an absent optional input
+  std::vector<ValueId> outputs; ///< kNoValue for an absent optional output
+  std::map<std::string, AttrValue> attrs;
+  OpSemantics sem;
+
+  bool hasAttr(llvm::StringRef key) const { return attrs.count(key.str()); }
+  int64_t getInt(llvm::StringRef key, int64_t dflt) const;
+  double getFloat(llvm::StringRef key, double dflt) const;
+  std::string getString(llvm::StringRef key, llvm::StringRef dflt) const;
+  std::vector<int64_t> getInts(llvm::StringRef key,
+                               std::vector<int64_t> dflt = {}) const;
+  ValueId input(size_t i) const {
+    return i < inputs.size() ? inputs[i] : kNoValue;
+  }
+  ValueId output(size_t i) const {
+    return i < outputs.size() ? outputs[i] : kNoValue;
+  }
+};
+
+/// A training graph: ops topologically ordered, every value shaped.
+class Graph {
+public:
+  std::string name;
+  /// The file it came from (for error messages).
+  std::string sourcePath;
+
+  ValueId addValue(Value v);
+  /// Appends an op and records it as producer/user of its values.
+  OpId addOp(Op op);
+
+  Value &value(ValueId id) { return values_[id]; }
+  const Value &value(ValueId id) const { return values_[id]; }
+  Op &op(OpId id) { return ops_[id]; }
+  const Op &op(OpId id) const { return ops_[id]; }
+  const std::vector<Value> &values() const { return values_; }
+  const std::vector<Op> &ops() const { return ops_; }
+  size_t numOps() const { return ops_.size(); }
+  size_t numValues() const { return values_.size(); }
+
+  std::vector<ValueId> inputs;  ///< graph inputs (kind Input), in file order
+  std::vector<ValueId> outputs; ///< graph outputs
+
+  /// Derives every op's semantics from the registry, in topological order,
+  /// setting activation dim classes; checks shapes against the semantics.
+  /// Errors name the file and the node.
+  llvm::Error computeSemantics();
+  /// Structural checks: ids in range, ops in topological order, each
+  /// activation produced exactly once, shapes positive, no int64 overflow.
+  llvm::Error verify() const;
+
+  /// Trainable parameter count: elements of Weight values (each once).
+  int64_t parameterCount() const;
+  /// Forward FLOPs of the whole graph (every op's full tile).
+  double forwardFlops() const;
+  /// The op whose name is `name`, or -1.
+  OpId findOp(llvm::StringRef name) const;
+  ValueId findValue(llvm::StringRef name) const;
+  /// "file.onnx: node 'conv1' (Conv)"; used to prefix errors.
+  std::string where(OpId id) const;
+
+private:
+  std::vector<Value> values_;
+  std::vector<Op> ops_;
+  std::map<std::string, ValueId> valueByName_;
+  std::map<std::string, OpId> opByName_;
+};
+
+} // namespace soap
+
+#endif // SOAP_IR_GRAPH_H

@@ -1,0 +1,191 @@
+// The IR graph: construction, semantics derivation and structural checks.
+#include "soap/IR/Graph.h"
+
+#include "soap/IR/OpRegistry.h"
+#include "soap/Support/Error.h"
+#include <set>
+
+namespace soap {
+
+llvm::StringRef valueKindName(ValueKind k) {
+  static const char *names[] = {"input", "weight", "state", "constant",
+                                "activation"};
+  return names[static_cast<int>(k)];
+}
+
+int64_t Value::bytes() const {
+  return shape.numElements().value_or(0) * dtypeBytes(dtype);
+}
+
+int64_t Op::getInt(llvm::StringRef key, int64_t dflt) const {
+  auto it = attrs.find(key.str());
+  if (it == attrs.end())
+    return dflt;
+  if (auto *i = std::get_if<int64_t>(&it->second))
+    return *i;
+  if (auto *d = std::get_if<double>(&it->second))
+    return static_cast<int64_t>(*d);
+  return dflt;
+}
+
+double Op::getFloat(llvm::StringRef key, double dflt) const {
+  auto it = attrs.find(key.str());
+  if (it == attrs.end())
+    return dflt;
+  if (auto *d = std::get_if<double>(&it->second))
+    return *d;
+  if (auto *i = std::get_if<int64_t>(&it->second))
+    return static_cast<double>(*i);
+  return dflt;
+}
+
+std::string Op::getString(llvm::StringRef key, llvm::StringRef dflt) const {
+  auto it = attrs.find(key.str());
+  if (it == attrs.end())
+    return dflt.str();
+  if (auto *s = std::get_if<std::string>(&it->second))
+    return *s;
+  return dflt.str();
+}
+
+std::vector<int64_t> Op::getInts(llvm::StringRef key,
+                                 std::vector<int64_t> dflt) const {
+  auto it = attrs.find(key.str());
+  if (it == attrs.end())
+    return dflt;
+  if (auto *v = std::get_if<std::vector<int64_t>>(&it->second))
+    return *v;
+  if (auto *i = std::get_if<int64_t>(&it->second))
+    return {*i};
+  return dflt;
+}
+
+ValueId Graph::addValue(Value v) {
+  v.id = static_cast<ValueId>(values_.size());
+  valueByName_.emplace(v.name, v.id);
+  values_.push_back(std::move(v));
+  return values_.back().id;
+}
+
+OpId Graph::addOp(Op op) {
+  op.id = static_cast<OpId>(ops_.size());
+  for (ValueId in : op.inputs)
+    if (in != kNoValue && in < static_cast<ValueId>(values_.size()))
+      values_[in].users.push_back(op.id);
+  for (size_t j = 0; j < op.outputs.size(); ++j) {
+    ValueId out = op.outputs[j];
+    if (out != kNoValue && out < static_cast<ValueId>(values_.size())) {
+      values_[out].producer = op.id;
+      values_[out].producerOutput = static_cast<int>(j);
+      values_[out].kind = ValueKind::Activation;
+    }
+  }
+  opByName_.emplace(op.name, op.id);
+  ops_.push_back(std::move(op));
+  return ops_.back().id;
+}
+
+std::string Graph::where(OpId id) const {
+  const Op &o = ops_[id];
+  return fmt::format("{}: node '{}' ({})", sourcePath, o.name, o.kind);
+}
+
+llvm::Error Graph::computeSemantics() {
+  registerAllOps();
+  for (Op &o : ops_) {
+    const OpKindInfo *info = OpRegistry::instance().lookup(o.kind);
+    if (!info)
+      return inputError("{}: unsupported operator '{}'", where(o.id), o.kind);
+    auto sem = info->build(o, *this);
+    if (!sem)
+      return withContext(sem.takeError(), where(o.id) + ": ");
+    o.sem = std::move(*sem);
+    // Each output dim takes the class of the loop that indexes it.
+    for (size_t j = 0; j < o.outputs.size(); ++j) {
+      if (o.outputs[j] == kNoValue)
+        continue;
+      Value &v = values_[o.outputs[j]];
+      const TensorMap &m = o.sem.outputs[j];
+      if (m.isView || m.shape != v.shape.dims)
+        return inputError("{}: output '{}' has shape {}, the op's semantics "
+                          "give {}",
+                          where(o.id), v.name, v.shape.str(),
+                          TensorShape(m.shape).str());
+      v.dimClasses.assign(v.shape.rank(), DimClass::Attribute);
+      for (size_t d = 0; d < m.dims.size(); ++d)
+        if (m.dims[d].terms.size() == 1)
+          v.dimClasses[d] = o.sem.loops[m.dims[d].terms[0].loop].cls;
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Graph::verify() const {
+  std::vector<int> producedBy(values_.size(), -1);
+  for (const Value &v : values_) {
+    auto n = v.shape.numElements();
+    for (int64_t d : v.shape.dims)
+      if (d <= 0)
+        return inputError("{}: tensor '{}': dim {} in shape {} is not positive",
+                          sourcePath, v.name, d, v.shape.str());
+    if (!n || !checkedMul(*n, dtypeBytes(v.dtype)))
+      return inputError("{}: tensor '{}': shape {} overflows int64",
+                        sourcePath, v.name, v.shape.str());
+  }
+  std::vector<bool> available(values_.size(), false);
+  for (const Value &v : values_)
+    if (v.kind != ValueKind::Activation)
+      available[v.id] = true;
+  for (const Op &o : ops_) {
+    for (ValueId in : o.inputs) {
+      if (in == kNoValue)
+        continue;
+      if (in < 0 || in >= static_cast<ValueId>(values_.size()))
+        return internalError("{}: input id {} out of range", where(o.id), in);
+      if (!available[in])
+        return inputError("{}: input '{}' is used before it is produced",
+                          where(o.id), values_[in].name);
+    }
+    for (ValueId out : o.outputs) {
+      if (out == kNoValue)
+        continue;
+      if (producedBy[out] != -1)
+        return inputError("{}: tensor '{}' is produced twice", where(o.id),
+                          values_[out].name);
+      producedBy[out] = o.id;
+      available[out] = true;
+    }
+  }
+  for (ValueId out : outputs)
+    if (!available[out])
+      return inputError("{}: graph output '{}' is never produced", sourcePath,
+                        values_[out].name);
+  return llvm::Error::success();
+}
+
+int64_t Graph::parameterCount() const {
+  int64_t n = 0;
+  for (const Value &v : values_)
+    if (v.kind == ValueKind::Weight)
+      n += v.shape.numElements().value_or(0);
+  return n;
+}
+
+double Graph::forwardFlops() const {
+  double f = 0;
+  for (const Op &o : ops_)
+    f += o.sem.tileFlops(Pass::Forward, o.sem.fullTile());
+  return f;
+}
+
+OpId Graph::findOp(llvm::StringRef name) const {
+  auto it = opByName_.find(name.str());
+  return it == opByName_.end() ? -1 : it->second;
+}
+
+ValueId Graph::findValue(llvm::StringRef name) const {
+  auto it = valueByName_.find(name.str());
+  return it == valueByName_.end() ? kNoValue : it->second;
+}
+
+} // namespace soap

@@ -1,0 +1,289 @@
+// Region algebra: from a tile of an op's loop space to the boxes of tensor
+// elements it reads and writes, and the FLOPs and bytes of that tile.
+#include "soap/IR/OpSemantics.h"
+
+#include <fmt/format.h>
+
+namespace soap {
+
+llvm::StringRef passName(Pass p) {
+  static const char *names[] = {"forward", "backward-data", "backward-weight"};
+  return names[static_cast<int>(p)];
+}
+
+bool Box::empty() const {
+  for (size_t d = 0; d < lo.size(); ++d)
+    if (lo[d] >= hi[d])
+      return true;
+  return false;
+}
+
+int64_t Box::volume() const {
+  int64_t v = 1;
+  for (size_t d = 0; d < lo.size(); ++d) {
+    if (lo[d] >= hi[d])
+      return 0;
+    if (__builtin_mul_overflow(v, hi[d] - lo[d], &v))
+      return INT64_MAX;
+  }
+  return v;
+}
+
+Box Box::intersect(const Box &o) const {
+  Box r;
+  for (size_t d = 0; d < lo.size(); ++d) {
+    r.lo.push_back(std::max(lo[d], o.lo[d]));
+    r.hi.push_back(std::min(hi[d], o.hi[d]));
+  }
+  return r;
+}
+
+bool Box::contains(const Box &o) const {
+  if (o.empty())
+    return true;
+  for (size_t d = 0; d < lo.size(); ++d)
+    if (o.lo[d] < lo[d] || o.hi[d] > hi[d])
+      return false;
+  return true;
+}
+
+std::string Box::str() const {
+  std::string s = "[";
+  for (size_t d = 0; d < lo.size(); ++d)
+    s += fmt::format("{}{}:{}", d ? ", " : "", lo[d], hi[d]);
+  return s + "]";
+}
+
+Box Box::full(const std::vector<int64_t> &dims) {
+  Box b;
+  b.lo.assign(dims.size(), 0);
+  b.hi = dims;
+  return b;
+}
+
+static int64_t floorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0)))
+    --q;
+  return q;
+}
+
+static int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
+
+namespace {
+/// Smallest and largest value of coeff*i + offset over i in [lo, hi) that
+/// lies in [vmin, vmax]; false if none does.
+bool progressionBounds(int64_t coeff, int64_t offset, int64_t lo, int64_t hi,
+                       int64_t vmin, int64_t vmax, int64_t &mn, int64_t &mx) {
+  if (coeff == 0) {
+    if (offset < vmin || offset > vmax)
+      return false;
+    mn = mx = offset;
+    return true;
+  }
+  // The i range whose values are inside [vmin, vmax].
+  int64_t a, b;
+  if (coeff > 0) {
+    a = ceilDiv(vmin - offset, coeff);
+    b = floorDiv(vmax - offset, coeff);
+  } else {
+    a = ceilDiv(vmax - offset, coeff);
+    b = floorDiv(vmin - offset, coeff);
+  }
+  a = std::max(a, lo);
+  b = std::min(b, hi - 1);
+  if (a > b)
+    return false;
+  int64_t va = coeff * a + offset, vb = coeff * b + offset;
+  mn = std::min(va, vb);
+  mx = std::max(va, vb);
+  return true;
+}
+} // namespace
+
+Box mapRegion(const TensorMap &map, const Box &tile) {
+  Box r;
+  size_t rank = map.shape.size();
+  r.lo.assign(rank, 0);
+  r.hi.assign(rank, 0);
+  if (!map.present || tile.empty())
+    return r; // every dim [0, 0): empty
+  Box none = r;
+  for (size_t d = 0; d < rank; ++d) {
+    const DimMap &m = map.dims[d];
+    if (m.full) {
+      r.lo[d] = 0;
+      r.hi[d] = map.shape[d];
+      continue;
+    }
+    // Values v = sum coeff*i + offset whose index floor(v / divisor) is in
+    // the tensor. Padding and strides can leave the hull's ends unread, so
+    // maps of one or two terms (all of conv and pool) are bounded exactly.
+    int64_t vmin = 0, vmax = map.shape[d] * m.divisor - 1;
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    bool any = false;
+    if (m.terms.size() <= 1) {
+      int64_t c = m.terms.empty() ? 0 : m.terms[0].coeff;
+      int64_t lo = m.terms.empty() ? 0 : tile.lo[m.terms[0].loop];
+      int64_t hi = m.terms.empty() ? 1 : tile.hi[m.terms[0].loop];
+      any = progressionBounds(c, m.offset, lo, hi, vmin, vmax, mn, mx);
+    } else if (m.terms.size() == 2) {
+      // Walk the term with the shorter extent; bound the other exactly.
+      const IndexTerm *outer = &m.terms[0], *inner = &m.terms[1];
+      auto extent = [&](const IndexTerm *t) {
+        return tile.hi[t->loop] - tile.lo[t->loop];
+      };
+      if (extent(outer) > extent(inner))
+        std::swap(outer, inner);
+      for (int64_t i = tile.lo[outer->loop]; i < tile.hi[outer->loop]; ++i) {
+        int64_t a, b;
+        if (progressionBounds(inner->coeff, m.offset + outer->coeff * i,
+                              tile.lo[inner->loop], tile.hi[inner->loop], vmin,
+                              vmax, a, b)) {
+          mn = std::min(mn, a);
+          mx = std::max(mx, b);
+          any = true;
+        }
+      }
+    } else {
+      // Hull, then clamp: exact for the in-bounds affine maps of reshapes.
+      mn = mx = m.offset;
+      for (const IndexTerm &t : m.terms) {
+        int64_t a = t.coeff * tile.lo[t.loop];
+        int64_t b = t.coeff * (tile.hi[t.loop] - 1);
+        mn += std::min(a, b);
+        mx += std::max(a, b);
+      }
+      mn = std::max(mn, vmin);
+      mx = std::min(mx, vmax);
+      any = mn <= mx;
+    }
+    if (!any)
+      return none;
+    r.lo[d] = floorDiv(mn, m.divisor);
+    r.hi[d] = floorDiv(mx, m.divisor) + 1;
+  }
+  return r;
+}
+
+uint64_t loopMaskOf(std::initializer_list<int> loops) {
+  uint64_t m = 0;
+  for (int l : loops)
+    m |= uint64_t(1) << l;
+  return m;
+}
+
+Box OpSemantics::fullTile() const {
+  Box b;
+  for (const LoopDim &l : loops) {
+    b.lo.push_back(0);
+    b.hi.push_back(l.size);
+  }
+  return b;
+}
+
+Box OpSemantics::inputRegion(int i, const Box &tile) const {
+  return mapRegion(inputs[i], tile);
+}
+
+Box OpSemantics::outputRegion(int j, const Box &tile) const {
+  return mapRegion(outputs[j], tile);
+}
+
+std::vector<int> OpSemantics::reducedLoops(int j) const {
+  std::vector<bool> used(loops.size(), false);
+  for (const DimMap &m : outputs[j].dims)
+    for (const IndexTerm &t : m.terms)
+      used[t.loop] = true;
+  std::vector<int> out;
+  for (size_t l = 0; l < loops.size(); ++l)
+    if (!used[l])
+      out.push_back(static_cast<int>(l));
+  return out;
+}
+
+static double termsValue(const std::vector<CostTerm> &terms, const Box &tile) {
+  double total = 0;
+  for (const CostTerm &t : terms) {
+    double v = t.coeff;
+    for (size_t l = 0; l < tile.lo.size(); ++l)
+      if (t.loopMask >> l & 1)
+        v *= static_cast<double>(std::max<int64_t>(tile.hi[l] - tile.lo[l], 0));
+    total += v;
+  }
+  return total;
+}
+
+double OpSemantics::tileFlops(Pass p, const Box &tile) const {
+  return termsValue(flops[static_cast<int>(p)], tile);
+}
+
+static bool contains(const std::vector<int> &v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+int64_t OpSemantics::tileBytes(Pass p, const Box &tile,
+                               const std::vector<DType> &inTypes,
+                               const std::vector<DType> &outTypes) const {
+  int64_t bytes = 0;
+  auto in = [&](int i) {
+    return inputRegion(i, tile).volume() * dtypeBytes(inTypes[i]);
+  };
+  auto out = [&](int j) {
+    return outputRegion(j, tile).volume() * dtypeBytes(outTypes[j]);
+  };
+  // Every pass but forward reads the output gradients.
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (outputs[j].present)
+      bytes += out(static_cast<int>(j));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    int i = static_cast<int>(k);
+    if (!inputs[i].present)
+      continue;
+    bool weight = contains(weightInputs, i);
+    switch (p) {
+    case Pass::Forward:
+      bytes += in(i);
+      break;
+    case Pass::BackwardData:
+      // Reads weights, writes gradients of activations.
+      if (weight || contains(gradInputs, i))
+        bytes += in(i);
+      break;
+    case Pass::BackwardWeight:
+      // Reads activations, writes weight gradients; nothing without weights.
+      if (!weightInputs.empty())
+        bytes += in(i);
+      break;
+    }
+  }
+  if (p == Pass::BackwardData)
+    bytes += savedBytes(tile, inTypes, outTypes);
+  if (p == Pass::BackwardWeight && weightInputs.empty())
+    return 0;
+  return bytes;
+}
+
+int64_t OpSemantics::savedBytes(const Box &tile,
+                                const std::vector<DType> &inTypes,
+                                const std::vector<DType> &outTypes) const {
+  double bytes = termsValue(savedExtraBytes, tile);
+  for (const SavedOperand &s : saved) {
+    Box r = s.isOutput ? outputRegion(s.index, tile)
+                       : inputRegion(s.index, tile);
+    bytes += static_cast<double>(r.volume()) * s.bytesPerElement;
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+bool OpSemantics::tileRespectsGranules(const Box &tile) const {
+  for (size_t l = 0; l < loops.size(); ++l) {
+    int64_t g = loops[l].granule;
+    if (g > 1 && ((tile.lo[l] % g) != 0 ||
+                  (tile.hi[l] % g != 0 && tile.hi[l] != loops[l].size)))
+      return false;
+  }
+  return true;
+}
+
+} // namespace soap

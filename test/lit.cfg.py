@@ -1,0 +1,28 @@
+# lit configuration for soapc's tool tests (test/cli).
+import os
+import lit.formats
+
+config.name = "soapc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".test"]
+config.test_source_root = os.path.join(config.soap_src_root, "test", "cli")
+config.test_exec_root = os.path.join(config.soap_obj_root, "test", "cli")
+config.excludes = ["Inputs"]
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.soap_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+for var in ("HOME", "TMPDIR"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.substitutions.append(("%soapc", os.path.join(config.soap_tools_dir, "soapc")))
+config.substitutions.append(("%models", os.path.join(config.soap_src_root, "examples", "models")))
+config.substitutions.append(("%topologies", os.path.join(config.soap_src_root, "examples", "topologies")))
+config.substitutions.append(("%inputs", os.path.join(config.soap_src_root, "test", "cli", "Inputs")))
+# FileCheck is taken from LLVM 15; Debian installs it without the version
+# suffix under /usr/lib/llvm-15/bin.
+
+if config.soap_have_cuda:
+    config.available_features.add("cuda")
+if config.soap_have_mpi:
+    config.available_features.add("mpi")

@@ -62,6 +62,7 @@ void registerLinearOps(OpRegistry &r);
 void registerElementwiseOps(OpRegistry &r);
 void registerNormOps(OpRegistry &r);
 void registerShapeOps(OpRegistry &r);
+void registerRnnOps(OpRegistry &r);
 
 } // namespace detail
 } // namespace soap

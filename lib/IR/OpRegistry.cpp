@@ -29,6 +29,7 @@ void registerAllOps() {
   detail::registerElementwiseOps(r);
   detail::registerNormOps(r);
   detail::registerShapeOps(r);
+  detail::registerRnnOps(r);
 }
 
 namespace detail {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs soapc's build and test dependencies from Debian 12 (as root, or
+# with sudo), then configures and builds into ./build. Idempotent: packages
+# already present are not reinstalled, and the build is incremental.
+#   scripts/setup.sh            build and test dependencies, then build
+#   scripts/setup.sh --models   also python3-torch/torchvision/onnx, which
+#                               examples/models/export.py needs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build python3 llvm-15-dev llvm-15-tools
+  libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libfmt-dev
+  libspdlog-dev catch2 libopenmpi-dev openmpi-bin)
+if [[ "${1:-}" == "--models" ]]; then
+  packages+=(python3-torch python3-torchvision python3-onnx)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+werror=OFF
+if [[ -n "${CI:-}" ]]; then werror=ON; fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSOAP_WERROR="$werror" >/dev/null
+cmake --build build -j "$(nproc)"

@@ -1,5 +1,6 @@
 # lit configuration for soapc's tool tests (test/cli).
 import os
+import sys
 import lit.formats
 
 config.name = "soapc"
@@ -16,6 +17,7 @@ for var in ("HOME", "TMPDIR"):
         config.environment[var] = os.environ[var]
 
 config.substitutions.append(("%soapc", os.path.join(config.soap_tools_dir, "soapc")))
+config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.soap_src_root, "examples", "models")))
 config.substitutions.append(("%topologies", os.path.join(config.soap_src_root, "examples", "topologies")))
 config.substitutions.append(("%inputs", os.path.join(config.soap_src_root, "test", "cli", "Inputs")))

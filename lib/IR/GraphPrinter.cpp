@@ -17,10 +17,15 @@ std::string formatLoops(const OpSemantics &sem) {
   return s;
 }
 
+/// Parameters of the weights an op is the first to use (shared weights,
+/// such as an unrolled LSTM's or a tied embedding, are counted once).
 static int64_t opParams(const Graph &g, const Op &o) {
   int64_t n = 0;
-  for (int i : o.sem.weightInputs)
-    n += g.value(o.inputs[i]).shape.numElements().value_or(0);
+  for (int i : o.sem.weightInputs) {
+    const Value &w = g.value(o.inputs[i]);
+    if (!w.users.empty() && w.users.front() == o.id)
+      n += w.shape.numElements().value_or(0);
+  }
   return n;
 }
 

@@ -66,8 +66,8 @@ llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
   size_t numData = op.kind == "Expand" ? 1 : b.numIn();
   std::vector<int> loops;
   for (int64_t d = 0; d < rank; ++d) {
-    // The class of an output dim: Parameter if a weight operand indexes it,
-    // else the class an activation operand's matching dim carries.
+    // The class of an output dim: the class an activation operand's matching
+    // dim carries; Parameter when only a weight indexes it (a bias).
     DimClass cls = d == 0 && rank > 1 ? DimClass::Sample : DimClass::Attribute;
     bool fromActivation = false, byWeight = false;
     for (size_t i = 0; i < numData; ++i) {
@@ -84,7 +84,7 @@ llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
         fromActivation = true;
       }
     }
-    if (byWeight)
+    if (byWeight && !fromActivation)
       cls = DimClass::Parameter;
     loops.push_back(b.addLoop("d" + std::to_string(d), cls, shape[d]));
   }

@@ -74,7 +74,8 @@ llvm::Expected<OpSemantics> buildReshapeLike(const Op &op, const Graph &g) {
                                              : DimClass::Attribute);
     for (size_t k = o0; k <= o1; ++k) {
       LoopDim &l = b.sem.loops[loops[k]];
-      l.cls = cls;
+      // A sample dim split in two keeps one sample dim, the leading one.
+      l.cls = k != o0 && cls == DimClass::Sample ? DimClass::Attribute : cls;
       // Only the group's leading dim can be split into box regions.
       if (k != o0)
         l.splittable = false;
@@ -232,6 +233,54 @@ llvm::Expected<OpSemantics> buildSlice(const Op &op, const Graph &g) {
   return b.finish();
 }
 
+/// Constant-mode Pad: output index = input index + padBegin, so a tile's
+/// input region is its output box shifted and clamped (pads read nothing).
+/// The pads come from the `pads` attribute or a constant second operand.
+llvm::Expected<OpSemantics> buildPad(const Op &op, const Graph &g) {
+  SemBuilder b(op, g);
+  auto x = b.need(0, "data");
+  if (!x)
+    return x.takeError();
+  const Value &X = **x, &Y = *b.out(0);
+  int64_t rank = X.shape.rank();
+  std::string mode = op.getString("mode", "constant");
+  if (mode != "constant")
+    return inputError("Pad mode '{}' is not supported (only 'constant')",
+                      mode);
+  std::vector<int64_t> pads = op.getInts("pads");
+  if (const Value *p = b.in(1)) {
+    if (p->kind != ValueKind::Constant || !p->hasData)
+      return inputError("Pad's pads operand '{}' is not a constant", p->name);
+    pads.clear();
+    for (double d : p->data)
+      pads.push_back(static_cast<int64_t>(d));
+    b.setInput(1, {DimMap::whole()});
+  }
+  for (size_t i = 2; i < b.numIn(); ++i) // constant_value, axes
+    if (const Value *v = b.in(i)) {
+      if (v->kind != ValueKind::Constant)
+        return inputError("Pad operand '{}' is not a constant", v->name);
+      std::vector<DimMap> all(v->shape.rank(), DimMap::whole());
+      b.setInput(i, all);
+    }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank ||
+      static_cast<int64_t>(Y.shape.rank()) != rank)
+    return inputError("Pad needs {} pads for rank {}", 2 * rank, rank);
+  std::vector<DimMap> xm, ym;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (X.shape[d] + pads[d] + pads[rank + d] != Y.shape[d])
+      return inputError("padded dim {} is {}, output has {}", d,
+                        X.shape[d] + pads[d] + pads[rank + d], Y.shape[d]);
+    int l = b.addLoop("d" + std::to_string(d),
+                      b.classOf(&X, d, DimClass::Attribute), Y.shape[d]);
+    xm.push_back(DimMap::loop(l, 1, -pads[d]));
+    ym.push_back(DimMap::loop(l));
+  }
+  b.setInput(0, xm);
+  b.setOutput(0, ym);
+  return b.finish();
+}
+
 } // namespace
 
 void registerShapeOps(OpRegistry &r) {
@@ -242,6 +291,7 @@ void registerShapeOps(OpRegistry &r) {
   r.add({"Concat", "concatenate along an axis", buildConcat, {}, false, {}});
   r.add({"Split", "split along an axis", buildSplit, {}, false, {}});
   r.add({"Slice", "strided slice", buildSlice, {}, false, {}});
+  r.add({"Pad", "constant padding", buildPad, {}, false, {}});
 }
 
 } // namespace detail

@@ -1,5 +1,6 @@
 // soapc: the command-line driver. Parses options and calls the libraries.
 #include "soap/IR/GraphPrinter.h"
+#include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
@@ -38,6 +39,12 @@ static cl::opt<bool> noLoss("no-loss",
                                      "loss to a model that has none"),
                             cl::init(false), cl::sub(dumpCmd), cl::cat(soapCat));
 
+static cl::opt<bool>
+    unrollRnn("unroll-rnn",
+              cl::desc("Unroll LSTM layers into one cell per time step, so "
+                       "layers and time steps can be placed apart"),
+              cl::init(false), cl::sub(dumpCmd), cl::cat(soapCat));
+
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
 static cl::opt<bool> quiet("q", cl::desc("Errors only"),
@@ -55,7 +62,10 @@ static llvm::Expected<std::unique_ptr<Graph>> loadModel(llvm::StringRef path,
     return inputError("--batch must be at least 1, got {}", int64_t(batch));
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
-  return importOnnx(path, opts);
+  auto g = importOnnx(path, opts);
+  if (!g || !unrollRnn)
+    return g;
+  return unrollLstms(**g);
 }
 
 static llvm::Error runDump() {

@@ -150,6 +150,14 @@ std::vector<std::pair<std::string, Graph>> opZoo() {
     add("slice", b);
   }
   {
+    GraphBuilder b; // constant padding, pads as an operand
+    auto a = b.input({2, 3, 4, 4});
+    auto p = b.constant({8}, ValueKind::Constant, {0, 0, 1, 2, 0, 0, 1, 0},
+                        DType::I64);
+    b.op("Pad", {a, p}, {{2, 3, 6, 6}}, {{"mode", std::string("constant")}});
+    add("pad", b);
+  }
+  {
     GraphBuilder b; // merge (flatten) then split (heads)
     auto a = b.input({2, 4, 3, 2});
     auto f = b.op("Flatten", {a}, {{2, 24}}, {{"axis", int64_t(1)}});

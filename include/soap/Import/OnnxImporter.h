@@ -1,0 +1,48 @@
+// ONNX → IR: loads a model file, fixes the batch size, runs ONNX shape
+// inference, folds shape arithmetic and builds a verified soap::Graph.
+#ifndef SOAP_IMPORT_ONNXIMPORTER_H
+#define SOAP_IMPORT_ONNXIMPORTER_H
+
+#include "soap/IR/Graph.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include <cstdint>
+#include <memory>
+
+namespace soap {
+
+struct ImportOptions {
+  /// Value for every symbolic (or unset) dim of the graph inputs: the sample
+  /// dim. Those dims get DimClass::Sample, every other input dim Attribute.
+  int64_t batch = 64;
+  /// When the model has no SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss,
+  /// append `SoftmaxCrossEntropyLoss` (op name "soapc.loss", attributes
+  /// `class_axis` and `reduction`="mean") on the first graph output, which
+  /// must be floating with rank >= 2. The class axis is the last axis (axis 1
+  /// for rank 2). It adds a graph input `labels` (I64, the logits' shape
+  /// without the class axis, same dim classes) and an output `loss` (F32,
+  /// shape []) that becomes the only graph output.
+  bool appendLoss = true;
+  /// Reserved: LSTM unrolling. LSTM ops are imported as they are either way.
+  bool unrollRnn = false;
+
+  /// Errors unless batch >= 1.
+  llvm::Error validate() const;
+};
+
+/// Imports the ONNX model at `path`. Every error that the file can cause is
+/// an inputError (exit code 2) whose message starts with `path` and names the
+/// node or tensor concerned. External data is never read (only dims are
+/// needed); its paths are checked to stay inside the model's directory.
+///
+/// Operand conventions of the IR (constant operands become attributes):
+/// Reshape `shape` (the resolved output dims), Slice `starts`/`steps` (one per
+/// data dim), Squeeze/Unsqueeze `axes`, Split `split`/`axis`, Reduce* `axes`/
+/// `keepdims`, Dropout `ratio`/`training_mode`; Expand keeps only its data
+/// input. Axis attributes (`axis`, `perm`, `axes`) are non-negative.
+llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
+                                                  const ImportOptions &opts);
+
+} // namespace soap
+
+#endif // SOAP_IMPORT_ONNXIMPORTER_H

@@ -1,0 +1,394 @@
+// Element-wise folding: casts, unary and binary arithmetic with numpy
+// broadcasting, comparisons, Where and Range, on small constant tensors.
+#include "FoldOps.h"
+
+#include "soap/Support/Error.h"
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <set>
+
+namespace soap {
+namespace import {
+
+using TP = onnx::TensorProto;
+
+void normalise(ConstTensor &c) {
+  switch (c.elemType) {
+  case TP::FLOAT:
+    for (double &f : c.floats)
+      f = static_cast<float>(f);
+    break;
+  case TP::INT32:
+    for (int64_t &v : c.ints)
+      v = static_cast<int32_t>(v);
+    break;
+  case TP::INT16:
+    for (int64_t &v : c.ints)
+      v = static_cast<int16_t>(v);
+    break;
+  case TP::INT8:
+    for (int64_t &v : c.ints)
+      v = ((v & 0xff) ^ 0x80) - 0x80; // int8 wrap-around
+    break;
+  case TP::UINT8:
+    for (int64_t &v : c.ints)
+      v = static_cast<uint8_t>(v);
+    break;
+  case TP::UINT16:
+    for (int64_t &v : c.ints)
+      v = static_cast<uint16_t>(v);
+    break;
+  case TP::UINT32:
+    for (int64_t &v : c.ints)
+      v = static_cast<uint32_t>(v);
+    break;
+  case TP::BOOL:
+    for (int64_t &v : c.ints)
+      v = v != 0;
+    break;
+  default:
+    break;
+  }
+}
+
+int64_t toInt(double d) {
+  if (std::isnan(d))
+    return 0;
+  if (d >= 9.2233720368547758e18)
+    return INT64_MAX;
+  if (d <= -9.2233720368547758e18)
+    return INT64_MIN;
+  return static_cast<int64_t>(d);
+}
+
+void setFrom(ConstTensor &out, int64_t i, const ConstTensor &in, int64_t j) {
+  if (out.isFloat())
+    out.floats[i] = in.getDouble(j);
+  else
+    out.ints[i] = in.isFloat() ? toInt(in.floats[j]) : in.ints[j];
+}
+
+std::vector<int64_t> stridesOf(llvm::ArrayRef<int64_t> dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (int64_t d = static_cast<int64_t>(dims.size()) - 2; d >= 0; --d)
+    s[d] = s[d + 1] * dims[d + 1];
+  return s;
+}
+
+bool allocateLike(ConstTensor &out, int32_t elemType, std::vector<int64_t> dims,
+                  int64_t maxElements) {
+  auto n = elementCount(dims);
+  if (!n || *n > maxElements)
+    return false;
+  out.elemType = elemType;
+  out.dims = std::move(dims);
+  out.allocate(*n);
+  return true;
+}
+
+llvm::Expected<std::vector<int64_t>>
+broadcastDims(llvm::ArrayRef<const ConstTensor *> ts) {
+  size_t rank = 0;
+  for (const ConstTensor *t : ts)
+    rank = std::max(rank, t->dims.size());
+  std::vector<int64_t> out(rank, 1);
+  for (const ConstTensor *t : ts)
+    for (size_t d = 0; d < t->dims.size(); ++d) {
+      int64_t &o = out[rank - t->dims.size() + d];
+      int64_t v = t->dims[d];
+      if (o == 1)
+        o = v;
+      else if (v != 1 && v != o)
+        return inputError("shapes [{}] do not broadcast",
+                          fmt::join(t->dims, ", "));
+    }
+  return out;
+}
+
+int64_t broadcastOffset(const ConstTensor &in, llvm::ArrayRef<int64_t> outDims,
+                        int64_t linear) {
+  int64_t off = 0, stride = 1;
+  size_t shift = outDims.size() - in.dims.size();
+  for (int64_t d = static_cast<int64_t>(outDims.size()) - 1; d >= 0; --d) {
+    int64_t idx = linear % outDims[d];
+    linear /= outDims[d];
+    if (d >= static_cast<int64_t>(shift)) {
+      int64_t id = in.dims[d - shift];
+      if (id != 1)
+        off += idx * stride;
+      stride *= id;
+    }
+  }
+  return off;
+}
+
+static llvm::Expected<FoldStatus> binary(const std::string &op,
+                                         const ConstTensor &a,
+                                         const ConstTensor &b, ConstTensor &out,
+                                         int64_t maxElements, bool fmodAttr) {
+  auto dims = broadcastDims({&a, &b});
+  if (!dims)
+    return dims.takeError();
+  static const std::set<std::string> cmp = {
+      "Equal",          "Less", "Greater", "LessOrEqual",
+      "GreaterOrEqual", "And",  "Or",      "Xor"};
+  bool isCmp = cmp.count(op);
+  if (!allocateLike(out, isCmp ? int32_t(TP::BOOL) : a.elemType, *dims,
+                    maxElements))
+    return FoldStatus::TooLarge;
+  bool fl = a.isFloat() || b.isFloat();
+  int64_t n = out.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t ia = broadcastOffset(a, *dims, i),
+            ib = broadcastOffset(b, *dims, i);
+    if (fl) {
+      double x = a.getDouble(ia), y = b.getDouble(ib), r;
+      if (op == "Add")
+        r = x + y;
+      else if (op == "Sub")
+        r = x - y;
+      else if (op == "Mul")
+        r = x * y;
+      else if (op == "Div")
+        r = x / y;
+      else if (op == "Pow")
+        r = std::pow(x, y);
+      else if (op == "Mod")
+        r = fmodAttr ? std::fmod(x, y) : x - y * std::floor(x / y);
+      else if (op == "Min")
+        r = std::min(x, y);
+      else if (op == "Max")
+        r = std::max(x, y);
+      else if (op == "Equal")
+        r = x == y;
+      else if (op == "Less")
+        r = x < y;
+      else if (op == "Greater")
+        r = x > y;
+      else if (op == "LessOrEqual")
+        r = x <= y;
+      else if (op == "GreaterOrEqual")
+        r = x >= y;
+      else
+        return FoldStatus::NotFoldable;
+      if (out.isFloat())
+        out.floats[i] = r;
+      else
+        out.ints[i] = toInt(r);
+      continue;
+    }
+    int64_t x = a.ints[ia], y = b.ints[ib], r;
+    // Wrapping arithmetic through uint64 keeps overflow defined.
+    auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
+    if (op == "Add")
+      r = static_cast<int64_t>(ux + uy);
+    else if (op == "Sub")
+      r = static_cast<int64_t>(ux - uy);
+    else if (op == "Mul")
+      r = static_cast<int64_t>(ux * uy);
+    else if (op == "Div" || op == "Mod") {
+      if (y == 0)
+        return inputError("integer {} by zero",
+                          op == "Div" ? "division" : "modulo");
+      if (x == INT64_MIN && y == -1)
+        r = op == "Div" ? INT64_MIN : 0;
+      else if (op == "Div")
+        r = x / y; // ONNX integer Div truncates, as C++ does
+      else {
+        r = x % y;
+        if (!fmodAttr && r != 0 && ((r < 0) != (y < 0)))
+          r += y; // Python-style: the sign of the divisor
+      }
+    } else if (op == "Pow")
+      r = toInt(std::pow(double(x), double(y)));
+    else if (op == "Min")
+      r = std::min(x, y);
+    else if (op == "Max")
+      r = std::max(x, y);
+    else if (op == "Equal")
+      r = x == y;
+    else if (op == "Less")
+      r = x < y;
+    else if (op == "Greater")
+      r = x > y;
+    else if (op == "LessOrEqual")
+      r = x <= y;
+    else if (op == "GreaterOrEqual")
+      r = x >= y;
+    else if (op == "And")
+      r = (x != 0) && (y != 0);
+    else if (op == "Or")
+      r = (x != 0) || (y != 0);
+    else if (op == "Xor")
+      r = (x != 0) != (y != 0);
+    else
+      return FoldStatus::NotFoldable;
+    out.ints[i] = r;
+  }
+  normalise(out);
+  return FoldStatus::Folded;
+}
+
+static llvm::Expected<FoldStatus>
+unary(const std::string &op, const ConstTensor &a, ConstTensor &out) {
+  out = a;
+  int64_t n = a.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    if (a.isFloat()) {
+      double &x = out.floats[i];
+      if (op == "Neg")
+        x = -x;
+      else if (op == "Abs")
+        x = std::fabs(x);
+      else if (op == "Sqrt")
+        x = std::sqrt(x);
+      else if (op == "Reciprocal")
+        x = 1.0 / x;
+      else if (op == "Floor")
+        x = std::floor(x);
+      else if (op == "Ceil")
+        x = std::ceil(x);
+      else
+        return FoldStatus::NotFoldable;
+    } else {
+      int64_t &x = out.ints[i];
+      if (op == "Neg")
+        x = static_cast<int64_t>(0 - static_cast<uint64_t>(x));
+      else if (op == "Abs")
+        x = x < 0 ? static_cast<int64_t>(0 - static_cast<uint64_t>(x)) : x;
+      else if (op == "Not")
+        x = !x;
+      else if (op == "Floor" || op == "Ceil") {
+      } else
+        return FoldStatus::NotFoldable;
+    }
+  }
+  normalise(out);
+  return FoldStatus::Folded;
+}
+
+static bool present(Ins ins, size_t count) {
+  if (ins.size() < count)
+    return false;
+  for (size_t i = 0; i < count; ++i)
+    if (!ins[i])
+      return false;
+  return true;
+}
+
+llvm::Expected<FoldStatus> foldArithmetic(const onnx::NodeProto &n, Ins ins,
+                                          ConstTensor &out,
+                                          int64_t maxElements) {
+  const std::string &op = n.op_type();
+  if (!present(ins, 1))
+    return FoldStatus::NotFoldable;
+  const ConstTensor &a = *ins[0];
+  if (op == "Cast") {
+    int32_t to = static_cast<int32_t>(intAttr(n, "to", 0));
+    if (!isFoldableElemType(to))
+      return FoldStatus::NotFoldable;
+    if (!allocateLike(out, to, a.dims, maxElements))
+      return FoldStatus::TooLarge;
+    for (int64_t i = 0, e = out.numElements(); i < e; ++i) {
+      if (to == TP::BOOL)
+        out.ints[i] = a.getDouble(i) != 0;
+      else
+        setFrom(out, i, a, i);
+    }
+    normalise(out);
+    return FoldStatus::Folded;
+  }
+  static const std::set<std::string> unaryOps = {
+      "Neg", "Abs", "Sqrt", "Reciprocal", "Floor", "Ceil", "Not"};
+  if (unaryOps.count(op))
+    return unary(op, a, out);
+  if (op == "Where") {
+    if (!present(ins, 3))
+      return FoldStatus::NotFoldable;
+    auto dims = broadcastDims({ins[0], ins[1], ins[2]});
+    if (!dims)
+      return dims.takeError();
+    if (!allocateLike(out, ins[1]->elemType, *dims, maxElements))
+      return FoldStatus::TooLarge;
+    for (int64_t i = 0, e = out.numElements(); i < e; ++i) {
+      bool c = a.getDouble(broadcastOffset(a, *dims, i)) != 0;
+      const ConstTensor &src = c ? *ins[1] : *ins[2];
+      setFrom(out, i, src, broadcastOffset(src, *dims, i));
+    }
+    return FoldStatus::Folded;
+  }
+  if (op == "Range") {
+    if (!present(ins, 3))
+      return FoldStatus::NotFoldable;
+    out.elemType = a.elemType;
+    if (a.isFloat()) {
+      double s = a.getDouble(0), l = ins[1]->getDouble(0),
+             d = ins[2]->getDouble(0);
+      if (d == 0)
+        return inputError("Range delta is 0");
+      double cnt = std::max(std::ceil((l - s) / d), 0.0);
+      if (cnt > static_cast<double>(maxElements))
+        return FoldStatus::TooLarge;
+      out.dims = {static_cast<int64_t>(cnt)};
+      out.allocate(out.dims[0]);
+      for (int64_t i = 0; i < out.dims[0]; ++i)
+        out.floats[i] = s + i * d;
+    } else {
+      int64_t s = a.getInt(0), l = ins[1]->getInt(0), d = ins[2]->getInt(0);
+      if (d == 0)
+        return inputError("Range delta is 0");
+      // Counted in double: the int64 difference may overflow.
+      double cnt =
+          std::max(std::ceil((double(l) - double(s)) / double(d)), 0.0);
+      if (cnt > static_cast<double>(maxElements))
+        return FoldStatus::TooLarge;
+      out.dims = {static_cast<int64_t>(cnt)};
+      out.allocate(out.dims[0]);
+      for (int64_t i = 0; i < out.dims[0]; ++i)
+        out.ints[i] = s + i * d;
+    }
+    normalise(out);
+    return FoldStatus::Folded;
+  }
+  static const std::set<std::string> binaryOps = {"Add",
+                                                  "Sub",
+                                                  "Mul",
+                                                  "Div",
+                                                  "Pow",
+                                                  "Mod",
+                                                  "Min",
+                                                  "Max",
+                                                  "Equal",
+                                                  "Less",
+                                                  "Greater",
+                                                  "LessOrEqual",
+                                                  "GreaterOrEqual",
+                                                  "And",
+                                                  "Or",
+                                                  "Xor"};
+  if (binaryOps.count(op)) {
+    if (!present(ins, 2))
+      return op == "Min" || op == "Max" ? (out = a, FoldStatus::Folded)
+                                        : FoldStatus::NotFoldable;
+    bool fmodAttr = intAttr(n, "fmod", 0) != 0;
+    ConstTensor acc = a;
+    // Min and Max are variadic: fold left to right.
+    for (size_t i = 1; i < ins.size(); ++i) {
+      if (!ins[i])
+        return FoldStatus::NotFoldable;
+      ConstTensor next;
+      auto st = binary(op, acc, *ins[i], next, maxElements, fmodAttr);
+      if (!st || *st != FoldStatus::Folded)
+        return st;
+      acc = std::move(next);
+    }
+    out = std::move(acc);
+    return FoldStatus::Folded;
+  }
+  return FoldStatus::NotFoldable;
+}
+
+} // namespace import
+} // namespace soap

@@ -1,0 +1,61 @@
+// ONNX → IR import: the driver that runs loading, shape inference with
+// constant folding, and IR construction (see OnnxImporter.h).
+#include "soap/Import/OnnxImporter.h"
+
+#include "ImportState.h"
+#include "soap/IR/OpRegistry.h"
+#include "soap/Support/Error.h"
+
+namespace soap {
+
+llvm::Error ImportOptions::validate() const {
+  if (batch < 1)
+    return inputError("invalid batch size {}: it must be at least 1", batch);
+  return llvm::Error::success();
+}
+
+namespace import {
+namespace {
+
+/// Rejects unknown operators before shape inference, so that the user reads
+/// "unsupported operator" rather than whatever inference makes of it.
+llvm::Error checkOperators(const ImportState &s) {
+  registerAllOps();
+  const onnx::GraphProto &g = s.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    bool defaultDomain = n.domain().empty() || n.domain() == "ai.onnx";
+    std::string kind =
+        defaultDomain ? n.op_type() : n.domain() + "." + n.op_type();
+    // Shape arithmetic may fold away and a Pad may merge into its reader;
+    // what remains of them is checked when the IR is built.
+    if (OpRegistry::instance().lookup(kind) ||
+        (defaultDomain && (isFoldableOp(n) || n.op_type() == "Pad")))
+      continue;
+    return inputError("{}: unsupported operator '{}' (domain '{}')", s.where(i),
+                      n.op_type(), n.domain());
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+} // namespace import
+
+llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
+                                                  const ImportOptions &opts) {
+  if (auto err = opts.validate())
+    return err;
+  import::ImportState s;
+  s.path = path.str();
+  s.opts = opts;
+  if (auto err = import::loadModel(s))
+    return err;
+  if (auto err = import::checkOperators(s))
+    return err;
+  if (auto err = import::foldAndInfer(s))
+    return err;
+  import::fusePads(s);
+  return import::buildGraph(s);
+}
+
+} // namespace soap

@@ -91,6 +91,11 @@ def main():
     write("initializer_data.onnx", mlp(w))
     write("external_missing.onnx",
           mlp(external("w", [8, 4], "weights_missing.bin")))
+    # 4 GiB of external weights (the test makes big.bin as a sparse file).
+    big = external("w", [8, 134217728], "big.bin")
+    write("external_big.onnx", model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [inp("x", ["N", 8])], [out("y")], [big]))
     m = mlp(stripped("w", [8, 4]))
     m.graph.node.reverse()
     write("unsorted.onnx", m)

@@ -28,3 +28,10 @@ if config.soap_have_cuda:
     config.available_features.add("cuda")
 if config.soap_have_mpi:
     config.available_features.add("mpi")
+
+# The JSON Schema check of the example topologies needs python3-jsonschema.
+try:
+    import jsonschema  # noqa: F401
+    config.available_features.add("jsonschema")
+except ImportError:
+    pass

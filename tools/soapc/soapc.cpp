@@ -1,11 +1,16 @@
 // soapc: the command-line driver. Parses options and calls the libraries.
+#include "soap/Cost/CostPrinter.h"
 #include "soap/IR/GraphPrinter.h"
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
+#include "soap/Machine/TopologyLoader.h"
+#include "soap/Machine/TopologyPrinter.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
 #include "soap/Support/Logging.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace soap;
@@ -16,34 +21,70 @@ static cl::OptionCategory soapCat("soapc options");
 static cl::SubCommand dumpCmd("dump",
                               "Describe a model's ops: kinds, shapes, loop "
                               "dimensions and their classes, FLOPs, parameters");
+static cl::SubCommand topoCmd("topo",
+                              "Describe a cluster: devices, hierarchy levels, "
+                              "bandwidth and latency between levels");
+static cl::SubCommand costCmd("cost",
+                              "What the cost model predicts for each op of a "
+                              "model run whole on one device of a topology");
 
-static cl::opt<std::string> dumpModel(cl::Positional, cl::Required,
+static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
-                                      cl::sub(dumpCmd));
+                                      cl::sub(dumpCmd), cl::sub(costCmd));
+static cl::opt<std::string> topoPath(cl::Positional, cl::Required,
+                                     cl::desc("<cluster.json>"),
+                                     cl::sub(topoCmd));
 
 enum class OutputFormat { Table, Json };
 static cl::opt<OutputFormat>
     format("format", cl::desc("Output format"),
            cl::values(clEnumValN(OutputFormat::Table, "table", "aligned text"),
                       clEnumValN(OutputFormat::Json, "json", "JSON")),
-           cl::init(OutputFormat::Table), cl::sub(dumpCmd), cl::cat(soapCat));
+           cl::init(OutputFormat::Table), cl::sub(dumpCmd), cl::sub(topoCmd),
+           cl::sub(costCmd), cl::cat(soapCat));
 
 static cl::opt<int64_t>
     batch("batch",
           cl::desc("Samples per iteration: the value of the model's symbolic "
                    "batch dim (default: 64 per device)"),
-          cl::init(0), cl::sub(dumpCmd), cl::cat(soapCat));
+          cl::init(0), cl::sub(dumpCmd), cl::sub(costCmd), cl::cat(soapCat));
 
 static cl::opt<bool> noLoss("no-loss",
                             cl::desc("Do not append a softmax cross-entropy "
                                      "loss to a model that has none"),
-                            cl::init(false), cl::sub(dumpCmd), cl::cat(soapCat));
+                            cl::init(false), cl::sub(dumpCmd),
+                            cl::sub(costCmd), cl::cat(soapCat));
 
 static cl::opt<bool>
     unrollRnn("unroll-rnn",
               cl::desc("Unroll LSTM layers into one cell per time step, so "
                        "layers and time steps can be placed apart"),
-              cl::init(false), cl::sub(dumpCmd), cl::cat(soapCat));
+              cl::init(false), cl::sub(dumpCmd), cl::sub(costCmd),
+              cl::cat(soapCat));
+
+static cl::opt<std::string> topologyOpt("topology",
+                                        cl::desc("Cluster description (JSON)"),
+                                        cl::value_desc("cluster.json"),
+                                        cl::Required, cl::sub(costCmd),
+                                        cl::cat(soapCat));
+
+static cl::opt<std::string> profileOpt(
+    "profile",
+    cl::desc("Cost database to use (default: profiles/<device>.json of this "
+             "source tree, when it exists)"),
+    cl::value_desc("profile.json"), cl::sub(costCmd), cl::cat(soapCat));
+
+static cl::opt<std::string> costModelOpt(
+    "cost-model",
+    cl::desc("Kernel times from: analytic (roofline), profile (database, "
+             "roofline where it has no entry), strict (database only)"),
+    cl::init("profile"), cl::sub(costCmd), cl::cat(soapCat));
+
+static cl::opt<std::string>
+    optimizerOpt("optimizer",
+                 cl::desc("Optimizer whose state is counted: sgd, momentum, "
+                          "adam"),
+                 cl::init("sgd"), cl::sub(costCmd), cl::cat(soapCat));
 
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
@@ -53,13 +94,17 @@ static cl::opt<bool> quiet("q", cl::desc("Errors only"),
 /// FlexFlow's default: 64 samples per device.
 static constexpr int64_t kSamplesPerDevice = 64;
 
+static int64_t effectiveBatch(int64_t devices) {
+  return batch > 0 ? int64_t(batch) : kSamplesPerDevice * devices;
+}
+
 static llvm::Expected<std::unique_ptr<Graph>> loadModel(llvm::StringRef path,
                                                         int64_t devices) {
-  ImportOptions opts;
-  opts.batch = batch > 0 ? int64_t(batch) : kSamplesPerDevice * devices;
-  opts.appendLoss = !noLoss;
   if (batch.getNumOccurrences() && batch <= 0)
     return inputError("--batch must be at least 1, got {}", int64_t(batch));
+  ImportOptions opts;
+  opts.batch = effectiveBatch(devices);
+  opts.appendLoss = !noLoss;
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   auto g = importOnnx(path, opts);
@@ -68,15 +113,82 @@ static llvm::Expected<std::unique_ptr<Graph>> loadModel(llvm::StringRef path,
   return unrollLstms(**g);
 }
 
+static void emit(const Json &j, void (*table)(const Json &, llvm::raw_ostream &)) {
+  if (format == OutputFormat::Json)
+    llvm::outs() << dumpJson(j);
+  else
+    table(j, llvm::outs());
+}
+
 static llvm::Error runDump() {
-  auto g = loadModel(dumpModel, 1);
+  auto g = loadModel(modelPath, 1);
   if (!g)
     return g.takeError();
-  int64_t b = batch > 0 ? int64_t(batch) : kSamplesPerDevice;
   if (format == OutputFormat::Json)
-    llvm::outs() << dumpJson(graphToJson(**g, b));
+    llvm::outs() << dumpJson(graphToJson(**g, effectiveBatch(1)));
   else
-    printGraphTable(**g, b, llvm::outs());
+    printGraphTable(**g, effectiveBatch(1), llvm::outs());
+  return llvm::Error::success();
+}
+
+static llvm::Error runTopo() {
+  auto t = loadTopology(topoPath);
+  if (!t)
+    return t.takeError();
+  if (format == OutputFormat::Json)
+    llvm::outs() << dumpJson(topologyToJson(*t));
+  else
+    printTopology(*t, llvm::outs());
+  return llvm::Error::success();
+}
+
+/// The cost database for a device: --profile, else the source tree's
+/// profiles/<device>.json when it exists.
+static llvm::Expected<std::optional<CostDatabase>>
+loadProfile(llvm::StringRef device) {
+  std::string path = profileOpt;
+  if (path.empty()) {
+    llvm::SmallString<256> p(SOAP_PROFILES_DIR);
+    llvm::sys::path::append(p, llvm::StringRef(device).lower() + ".json");
+    if (!llvm::sys::fs::exists(p))
+      return std::nullopt;
+    path = std::string(p);
+  }
+  auto db = CostDatabase::load(path);
+  if (!db)
+    return db.takeError();
+  if (db->env.device != device)
+    return inputError("{}: a profile of '{}', but the topology's devices are "
+                      "'{}'",
+                      path, db->env.device, device.str());
+  return std::optional<CostDatabase>(std::move(*db));
+}
+
+static llvm::Error runCost() {
+  auto mode = parseCostMode(costModelOpt);
+  if (!mode)
+    return inputError("--cost-model must be analytic, profile or strict, got "
+                      "'{}'",
+                      costModelOpt.getValue());
+  auto opt = parseOptimizer(optimizerOpt);
+  if (!opt)
+    return inputError("--optimizer must be sgd, momentum or adam, got '{}'",
+                      optimizerOpt.getValue());
+  auto topo = loadTopology(topologyOpt);
+  if (!topo)
+    return topo.takeError();
+  const DeviceSpec &dev = topo->deviceSpec();
+  auto db = loadProfile(dev.name);
+  if (!db)
+    return db.takeError();
+  auto g = loadModel(modelPath, 1);
+  if (!g)
+    return g.takeError();
+  CostModel cm(dev, *db ? &**db : nullptr, *mode);
+  auto report = costReport(**g, cm, *opt);
+  if (!report)
+    return report.takeError();
+  emit(*report, printCostReport);
   return llvm::Error::success();
 }
 
@@ -84,18 +196,26 @@ int main(int argc, char **argv) {
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "soapc 0.1.0 — strategy search for distributed DNN training\n";
   });
+  cl::HideUnrelatedOptions(soapCat);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
           "soapc: search how to split every operator of a DNN across a GPU "
           "cluster\n\n"
-          "  soapc dump model.onnx [--batch N] [--format table|json]\n",
+          "  soapc dump model.onnx [--batch N] [--format table|json]\n"
+          "  soapc topo cluster.json [--format table|json]\n"
+          "  soapc cost model.onnx --topology cluster.json "
+          "[--cost-model analytic|profile|strict]\n",
           &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);
   setupLogging(quiet ? -1 : verbose ? 1 : 0);
   llvm::Error err = llvm::Error::success();
-  if (dumpCmd) {
+  if (dumpCmd)
     err = runDump();
-  } else {
+  else if (topoCmd)
+    err = runTopo();
+  else if (costCmd)
+    err = runCost();
+  else {
     llvm::errs() << "soapc: error: no command given; try 'soapc dump "
                     "model.onnx' or 'soapc --help'\n";
     return static_cast<int>(ExitCode::InvalidInput);

@@ -1,0 +1,100 @@
+// The cost model: forward and backward kernel times, workspace and memory of
+// an op tile on a device type. It answers from the cost database where it has
+// the tile's signature, else from an analytic roofline whose sustained
+// fractions of peak are fitted to the database's entries of the same kind.
+#ifndef SOAP_COST_COSTMODEL_H
+#define SOAP_COST_COSTMODEL_H
+
+#include "soap/Cost/CostDatabase.h"
+#include "soap/IR/Graph.h"
+#include "soap/Machine/DeviceCatalog.h"
+#include "llvm/Support/Error.h"
+#include <atomic>
+#include <map>
+#include <optional>
+
+namespace soap {
+
+/// --cost-model: where kernel times may come from.
+enum class CostMode : uint8_t {
+  Analytic, ///< the roofline only (calibrated by the database when given)
+  Profile,  ///< the database, the roofline where it has no entry
+  Strict,   ///< the database only: a missing signature is an error
+};
+llvm::StringRef costModeName(CostMode m);
+std::optional<CostMode> parseCostMode(llvm::StringRef name);
+
+/// --optimizer: the state kept per weight element.
+enum class Optimizer : uint8_t { Sgd, Momentum, Adam };
+llvm::StringRef optimizerName(Optimizer o);
+std::optional<Optimizer> parseOptimizer(llvm::StringRef name);
+/// Optimizer state bytes per weight byte: SGD 0, momentum 1, Adam 2.
+int optimizerStateFactor(Optimizer o);
+
+enum class CostSource : uint8_t { Profile, Analytic };
+llvm::StringRef costSourceName(CostSource s);
+
+struct KernelTimes {
+  Seconds forward = 0, backwardData = 0, backwardWeight = 0;
+  Bytes workspace = 0;
+  CostSource source = CostSource::Analytic;
+  Seconds backward() const { return backwardData + backwardWeight; }
+};
+
+/// Memory a tile holds on its device during an iteration.
+struct TileMemory {
+  Bytes weights = 0;   ///< the weight shards it reads
+  Bytes gradients = 0; ///< their gradients
+  Bytes optimizer = 0; ///< optimizer state for them
+  Bytes saved = 0;     ///< activations kept for the backward pass
+  Bytes workspace = 0; ///< kernel scratch (cuDNN), from the profile
+  Bytes total() const {
+    return weights + gradients + optimizer + saved + workspace;
+  }
+};
+
+class CostModel {
+public:
+  /// `db` may be null (analytic only). With CostMode::Strict it is required.
+  CostModel(const DeviceSpec &device, const CostDatabase *db, CostMode mode);
+
+  const DeviceSpec &device() const { return device_; }
+  CostMode mode() const { return mode_; }
+
+  /// Kernel times of `tile` of `op`. Strict mode: an error naming the
+  /// signature when the database lacks it (exit code 2).
+  llvm::Expected<KernelTimes> kernel(const Graph &g, const Op &op,
+                                     const Box &tile) const;
+  /// The roofline alone: max(FLOPs / sustained FLOP/s, bytes / sustained
+  /// bandwidth) + launch overhead, per pass; a pass with no work costs 0.
+  KernelTimes analytic(const Graph &g, const Op &op, const Box &tile) const;
+  TileMemory memory(const Graph &g, const Op &op, const Box &tile,
+                    Optimizer opt) const;
+
+  /// Sustained fraction of peak FLOP/s the roofline uses for `kind`, and
+  /// where it came from ("fitted to N entries", "profile default",
+  /// "built-in default").
+  double computeEfficiency(llvm::StringRef kind) const;
+  std::string computeEfficiencySource(llvm::StringRef kind) const;
+  double memoryEfficiency() const { return memEff_; }
+  /// Peak FLOP/s for a dtype on this device (measured GEMM rate when the
+  /// profile has it).
+  double peakFlops(DType t) const;
+  double memoryBandwidth() const;
+
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+private:
+  void fit();
+  const DeviceSpec &device_;
+  const CostDatabase *db_;
+  CostMode mode_;
+  double memEff_;
+  std::map<std::string, std::pair<double, int>> fitted_; // kind -> (eff, n)
+  mutable std::atomic<uint64_t> hits_{0}, misses_{0};
+};
+
+} // namespace soap
+
+#endif // SOAP_COST_COSTMODEL_H

@@ -1,0 +1,53 @@
+// The GPU catalog: peak dense throughput per data type, memory bandwidth and
+// capacity, and kernel launch overhead of the devices topology files can name.
+// Every figure comes from the vendor document named in `source`.
+#ifndef SOAP_MACHINE_DEVICECATALOG_H
+#define SOAP_MACHINE_DEVICECATALOG_H
+
+#include "soap/Machine/Units.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include <string>
+
+namespace soap {
+
+/// Arithmetic formats the catalog gives peaks for.
+enum class PeakFormat : uint8_t {
+  FP64, ///< double precision (FP64 tensor cores where the GPU has them)
+  FP32, ///< single precision on the CUDA cores (no tensor cores)
+  TF32, ///< TF32 tensor cores; GPUs without them run FP32 at the FP32 rate
+  FP16, ///< FP16/BF16 (tensor cores where present); BF16 needs Ampere or later
+};
+
+/// One GPU model. Peaks are dense (no structured sparsity) and at boost clock.
+struct DeviceSpec {
+  llvm::StringRef name;     ///< the name topology files use: "H100-SXM"
+  llvm::StringRef fullName; ///< "NVIDIA H100 SXM5 80 GB"
+  double fp64FlopsPerSec;
+  double fp32FlopsPerSec;
+  double tf32FlopsPerSec;
+  double fp16FlopsPerSec;
+  bool tensorCores;
+  double memoryBandwidthBytesPerSec;
+  /// The datasheet's capacity read as GiB; the usable amount is a little
+  /// smaller (ECC, driver reserve); topology files may override it.
+  Bytes memoryBytes;
+  /// Host-side cost of one kernel launch: an assumed typical value, not a
+  /// datasheet figure (see `launchSource`).
+  Seconds launchOverhead;
+  llvm::StringRef source;       ///< the document the figures come from
+  llvm::StringRef launchSource; ///< the basis of the launch overhead
+
+  double peakFlopsPerSec(PeakFormat f) const;
+};
+
+/// Every catalog entry, oldest GPU first.
+llvm::ArrayRef<DeviceSpec> deviceCatalog();
+/// The entry named `name` (exact match), or nullptr.
+const DeviceSpec *findDevice(llvm::StringRef name);
+/// "K80, P100-SXM2, ..." for error messages.
+std::string knownDeviceNames();
+
+} // namespace soap
+
+#endif // SOAP_MACHINE_DEVICECATALOG_H

@@ -1,0 +1,259 @@
+// The cost model: database lookups, the roofline fallback and its fitting
+// (DESIGN.md, "Cost model"), and the memory of a tile.
+#include "soap/Cost/CostModel.h"
+
+#include "soap/Cost/OpSignature.h"
+#include "soap/Support/Error.h"
+#include <algorithm>
+
+namespace soap {
+
+llvm::StringRef costModeName(CostMode m) {
+  static const char *names[] = {"analytic", "profile", "strict"};
+  return names[static_cast<int>(m)];
+}
+
+std::optional<CostMode> parseCostMode(llvm::StringRef name) {
+  for (CostMode m : {CostMode::Analytic, CostMode::Profile, CostMode::Strict})
+    if (name == costModeName(m))
+      return m;
+  return std::nullopt;
+}
+
+llvm::StringRef optimizerName(Optimizer o) {
+  static const char *names[] = {"sgd", "momentum", "adam"};
+  return names[static_cast<int>(o)];
+}
+
+std::optional<Optimizer> parseOptimizer(llvm::StringRef name) {
+  for (Optimizer o : {Optimizer::Sgd, Optimizer::Momentum, Optimizer::Adam})
+    if (name == optimizerName(o))
+      return o;
+  return std::nullopt;
+}
+
+int optimizerStateFactor(Optimizer o) {
+  switch (o) {
+  case Optimizer::Sgd:
+    return 0;
+  case Optimizer::Momentum:
+    return 1;
+  case Optimizer::Adam:
+    return 2;
+  }
+  return 0;
+}
+
+llvm::StringRef costSourceName(CostSource s) {
+  return s == CostSource::Profile ? "profile" : "analytic";
+}
+
+namespace {
+
+/// Sustained fractions of peak used when nothing better is known: dense
+/// contractions reach a large part of peak with cuBLAS/cuDNN; everything
+/// else is bandwidth-bound, so its compute fraction hardly matters.
+double builtinComputeEfficiency(llvm::StringRef kind) {
+  if (kind == "MatMul" || kind == "Gemm")
+    return 0.7;
+  if (kind == "Conv")
+    return 0.6;
+  if (kind == "LSTM" || kind == "LSTMCell")
+    return 0.5;
+  return 0.3;
+}
+constexpr double kBuiltinMemoryEfficiency = 0.7;
+
+DType opDType(const Graph &g, const Op &op) {
+  for (ValueId v : op.outputs)
+    if (v != kNoValue && isFloating(g.value(v).dtype))
+      return g.value(v).dtype;
+  return DType::F32;
+}
+
+const char *dtypeKey(DType t) {
+  switch (t) {
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  case DType::F64:
+    return "f64";
+  default:
+    return "f32";
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
+                  std::vector<DType> &out) {
+  for (ValueId v : op.inputs)
+    in.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
+  for (ValueId v : op.outputs)
+    out.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
+}
+
+} // namespace
+
+CostModel::CostModel(const DeviceSpec &device, const CostDatabase *db,
+                     CostMode mode)
+    : device_(device), db_(db), mode_(mode),
+      memEff_(kBuiltinMemoryEfficiency) {
+  if (db_ && db_->memoryEfficiency > 0)
+    memEff_ = db_->memoryEfficiency;
+  fit();
+}
+
+double CostModel::peakFlops(DType t) const {
+  if (db_) {
+    auto it = db_->gemmFlopsPerSec.find(dtypeKey(t));
+    if (it != db_->gemmFlopsPerSec.end())
+      return it->second;
+  }
+  switch (t) {
+  case DType::F16:
+  case DType::BF16:
+    return device_.peakFlopsPerSec(PeakFormat::FP16);
+  case DType::F64:
+    return device_.peakFlopsPerSec(PeakFormat::FP64);
+  default:
+    return device_.peakFlopsPerSec(PeakFormat::FP32);
+  }
+}
+
+double CostModel::memoryBandwidth() const {
+  if (db_ && db_->memoryBandwidthBytesPerSec > 0)
+    return db_->memoryBandwidthBytesPerSec;
+  return device_.memoryBandwidthBytesPerSec;
+}
+
+/// Fits the roofline to measured entries: for each op kind, the median over
+/// its compute-bound measurements of FLOPs / (peak * (time - launch)); the
+/// memory fraction from the bandwidth-bound ones of every kind.
+void CostModel::fit() {
+  if (!db_)
+    return;
+  std::map<std::string, std::vector<double>> compute;
+  std::vector<double> memory;
+  double bw = memoryBandwidth();
+  for (const auto &[sig, e] : db_->kernels()) {
+    size_t bar = sig.find('|');
+    std::string kind = sig.substr(0, bar);
+    size_t bar2 = sig.find('|', bar + 1);
+    auto dt = parseDType(sig.substr(bar + 1, bar2 - bar - 1));
+    double peak = peakFlops(dt.value_or(DType::F32));
+    const Seconds times[3] = {e.forward, e.backwardData, e.backwardWeight};
+    for (int p = 0; p < 3; ++p) {
+      double busy = times[p] - device_.launchOverhead;
+      if (busy <= 0 || (e.flops[p] <= 0 && e.bytes[p] <= 0))
+        continue;
+      if (e.flops[p] / peak >= e.bytes[p] / bw)
+        compute[kind].push_back(std::min(1.0, e.flops[p] / (peak * busy)));
+      else
+        memory.push_back(std::min(1.0, e.bytes[p] / (bw * busy)));
+    }
+  }
+  for (auto &[kind, samples] : compute)
+    fitted_[kind] = {median(samples), static_cast<int>(samples.size())};
+  if (!memory.empty())
+    memEff_ = median(memory);
+}
+
+double CostModel::computeEfficiency(llvm::StringRef kind) const {
+  auto it = fitted_.find(kind.str());
+  if (it != fitted_.end())
+    return it->second.first;
+  if (db_) {
+    auto d = db_->computeEfficiency.find(kind.str());
+    if (d != db_->computeEfficiency.end())
+      return d->second;
+    d = db_->computeEfficiency.find("*");
+    if (d != db_->computeEfficiency.end())
+      return d->second;
+  }
+  return builtinComputeEfficiency(kind);
+}
+
+std::string CostModel::computeEfficiencySource(llvm::StringRef kind) const {
+  auto it = fitted_.find(kind.str());
+  if (it != fitted_.end())
+    return fmt::format("fitted to {} measurements", it->second.second);
+  if (db_ && (db_->computeEfficiency.count(kind.str()) ||
+              db_->computeEfficiency.count("*")))
+    return "profile default";
+  return "built-in default";
+}
+
+KernelTimes CostModel::analytic(const Graph &g, const Op &op,
+                                const Box &tile) const {
+  std::vector<DType> inT, outT;
+  operandTypes(g, op, inT, outT);
+  double peak = peakFlops(opDType(g, op)) * computeEfficiency(op.kind);
+  double bw = memoryBandwidth() * memEff_;
+  Seconds t[3];
+  for (int p = 0; p < 3; ++p) {
+    Pass pass = static_cast<Pass>(p);
+    double flops = op.sem.tileFlops(pass, tile);
+    double bytes =
+        static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
+    if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
+      flops = bytes = 0;
+    t[p] = flops <= 0 && bytes <= 0
+               ? 0
+               : std::max(flops / peak, bytes / bw) + device_.launchOverhead;
+  }
+  KernelTimes k;
+  k.forward = t[0];
+  k.backwardData = t[1];
+  k.backwardWeight = t[2];
+  k.source = CostSource::Analytic;
+  return k;
+}
+
+llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
+                                              const Box &tile) const {
+  if (mode_ != CostMode::Analytic && db_) {
+    std::string sig = opSignature(g, op, tile);
+    if (const KernelEntry *e = db_->find(sig)) {
+      ++hits_;
+      KernelTimes k;
+      k.forward = e->forward;
+      k.backwardData = e->backwardData;
+      k.backwardWeight = e->backwardWeight;
+      k.workspace = e->workspace;
+      k.source = CostSource::Profile;
+      return k;
+    }
+    ++misses_;
+    if (mode_ == CostMode::Strict)
+      return inputError("{}: --cost-model strict: the cost database of '{}' "
+                        "has no entry for signature '{}'",
+                        g.where(op.id), db_->env.device, sig);
+  } else if (mode_ == CostMode::Strict) {
+    return inputError("--cost-model strict needs a cost database (--profile)");
+  }
+  return analytic(g, op, tile);
+}
+
+TileMemory CostModel::memory(const Graph &g, const Op &op, const Box &tile,
+                             Optimizer opt) const {
+  std::vector<DType> inT, outT;
+  operandTypes(g, op, inT, outT);
+  TileMemory m;
+  for (int i : op.sem.weightInputs)
+    m.weights += op.sem.inputRegion(i, tile).volume() * dtypeBytes(inT[i]);
+  m.gradients = m.weights;
+  m.optimizer = m.weights * optimizerStateFactor(opt);
+  m.saved = op.sem.savedBytes(tile, inT, outT);
+  if (db_ && mode_ != CostMode::Analytic)
+    if (const KernelEntry *e = db_->find(opSignature(g, op, tile)))
+      m.workspace = e->workspace;
+  return m;
+}
+
+} // namespace soap

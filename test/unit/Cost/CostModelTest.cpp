@@ -1,0 +1,181 @@
+// The cost model: signatures, database round trips and merging, the
+// roofline's closed form, fitting to measurements, strict mode, memory.
+#include "../IR/TestGraphs.h"
+
+#include "soap/Cost/CostModel.h"
+#include "soap/Cost/OpSignature.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+using namespace soap::test;
+
+namespace {
+
+/// x[8,3,16,16] -> Conv 3x3 pad 1 -> Relu.
+Graph convRelu() {
+  GraphBuilder b;
+  auto x = b.input({8, 3, 16, 16});
+  auto y = b.op("Conv", {x, b.weight({4, 3, 3, 3})}, {{8, 4, 16, 16}},
+                {{"pads", Ints{1, 1, 1, 1}}});
+  b.op("Relu", {y[0]}, {{8, 4, 16, 16}});
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+Box rows(const OpSemantics &s, int loop, int64_t lo, int64_t hi) {
+  Box t = s.fullTile();
+  t.lo[loop] = lo;
+  t.hi[loop] = hi;
+  return t;
+}
+
+const DeviceSpec &h100() {
+  const DeviceSpec *d = findDevice("H100-SXM");
+  REQUIRE(d);
+  return *d;
+}
+
+} // namespace
+
+TEST_CASE("signatures name region shapes and the padding a tile sees",
+          "[Cost]") {
+  Graph g = convRelu();
+  const Op &conv = g.op(0);
+  std::string full = opSignature(g, conv, conv.sem.fullTile());
+  CHECK(full == "Conv|f32|in=8x3x16x16,4x3x3x3|out=8x4x16x16|"
+                "pad=0:0,0:0,1:1,1:1");
+  // oh is loop 3: the top half is padded above only, the bottom below only,
+  // and the two halves share one shape, so the signatures differ by pad.
+  std::string top = opSignature(g, conv, rows(conv.sem, 3, 0, 8));
+  std::string bottom = opSignature(g, conv, rows(conv.sem, 3, 8, 16));
+  CHECK(top == "Conv|f32|in=8x3x9x16,4x3x3x3|out=8x4x8x16|"
+               "pad=0:0,0:0,1:0,1:1");
+  CHECK(bottom == "Conv|f32|in=8x3x9x16,4x3x3x3|out=8x4x8x16|"
+                  "pad=0:0,0:0,0:1,1:1");
+  // An interior tile reads its halo from neighbours: no padding.
+  std::string mid = opSignature(g, conv, rows(conv.sem, 3, 4, 12));
+  CHECK(mid.find("pad=0:0,0:0,0:0,1:1") != std::string::npos);
+  CHECK(opSignature(g, g.op(1), g.op(1).sem.fullTile()) ==
+        "Relu|f32|in=8x4x16x16|out=8x4x16x16");
+}
+
+TEST_CASE("the roofline has its closed form", "[Cost]") {
+  Graph g = convRelu();
+  CostModel cm(h100(), nullptr, CostMode::Analytic);
+  const Op &conv = g.op(0);
+  Box full = conv.sem.fullTile();
+  KernelTimes k = cm.analytic(g, conv, full);
+  double flops = 2.0 * 8 * 4 * 3 * 16 * 16 * 3 * 3;
+  std::vector<DType> in(2, DType::F32), out(1, DType::F32);
+  double bytes = conv.sem.tileBytes(Pass::Forward, full, in, out);
+  double expect =
+      std::max(flops / (h100().fp32FlopsPerSec * 0.6),
+               bytes / (h100().memoryBandwidthBytesPerSec * 0.7)) +
+      h100().launchOverhead;
+  CHECK(k.forward == Approx(expect));
+  CHECK(k.source == CostSource::Analytic);
+  // Relu has no weights: no backward-weight kernel.
+  CHECK(cm.analytic(g, g.op(1), g.op(1).sem.fullTile()).backwardWeight == 0);
+  CHECK(cm.computeEfficiencySource("Conv") == "built-in default");
+}
+
+TEST_CASE("the database answers, counts and round-trips", "[Cost]") {
+  Graph g = convRelu();
+  const Op &conv = g.op(0);
+  CostDatabase db;
+  db.env.device = "H100-SXM";
+  db.env.cuda = "12.4";
+  KernelEntry e;
+  e.forward = 1e-4;
+  e.backwardData = 2e-4;
+  e.backwardWeight = 3e-4;
+  e.workspace = 4096;
+  e.repeats = 20;
+  db.add(opSignature(g, conv, conv.sem.fullTile()), e);
+  CostModel cm(h100(), &db, CostMode::Profile);
+  auto k = cm.kernel(g, conv, conv.sem.fullTile());
+  REQUIRE(static_cast<bool>(k));
+  CHECK(k->source == CostSource::Profile);
+  CHECK(k->backwardWeight == 3e-4);
+  auto miss = cm.kernel(g, g.op(1), g.op(1).sem.fullTile());
+  REQUIRE(static_cast<bool>(miss));
+  CHECK(miss->source == CostSource::Analytic);
+  CHECK(cm.hits() == 1);
+  CHECK(cm.misses() == 1);
+  CHECK(cm.memory(g, conv, conv.sem.fullTile(), Optimizer::Sgd).workspace ==
+        4096);
+
+  auto back = CostDatabase::fromJson(db.toJson(), JsonReader("p.json"));
+  REQUIRE(static_cast<bool>(back));
+  CHECK(back->env.cuda == "12.4");
+  CHECK(back->size() == 1);
+  CHECK(dumpJson(back->toJson()) == dumpJson(db.toJson()));
+
+  CostDatabase other;
+  other.env.device = "H100-SXM";
+  KernelEntry e2 = e;
+  e2.forward = 5e-4;
+  other.add(opSignature(g, conv, conv.sem.fullTile()), e2);
+  other.add("Relu|f32|in=1|out=1", e);
+  requireOk(db.merge(other));
+  CHECK(db.size() == 2);
+  CHECK(db.find(opSignature(g, conv, conv.sem.fullTile()))->forward == 5e-4);
+  CostDatabase v100;
+  v100.env.device = "V100-SXM2-16GB";
+  llvm::Error err = db.merge(v100);
+  REQUIRE(static_cast<bool>(err));
+  CHECK(errorMessage(std::move(err)).find("cannot merge") != std::string::npos);
+}
+
+TEST_CASE("strict mode refuses to guess and names the signature", "[Cost]") {
+  Graph g = convRelu();
+  CostDatabase db;
+  db.env.device = "H100-SXM";
+  CostModel cm(h100(), &db, CostMode::Strict);
+  auto k = cm.kernel(g, g.op(1), g.op(1).sem.fullTile());
+  REQUIRE_FALSE(static_cast<bool>(k));
+  CHECK(errorMessage(k.takeError()) ==
+        "test.onnx: node 'Relu_1' (Relu): --cost-model strict: the cost "
+        "database of 'H100-SXM' has no entry for signature "
+        "'Relu|f32|in=8x4x16x16|out=8x4x16x16'");
+}
+
+TEST_CASE("the roofline is fitted to measurements of the same kind",
+          "[Cost]") {
+  // Synthetic measurements of a device reaching 40% of FP32 peak on GEMMs.
+  const DeviceSpec &d = h100();
+  CostDatabase db;
+  db.env.device = d.name.str();
+  for (int i = 1; i <= 5; ++i) {
+    KernelEntry e;
+    double flops = 1e11 * i;
+    e.flops[0] = flops;
+    e.bytes[0] = 1e6;
+    e.forward = flops / (0.4 * d.fp32FlopsPerSec) + d.launchOverhead;
+    db.add("MatMul|f32|in=" + std::to_string(i) + "|out=1", e);
+  }
+  CostModel cm(d, &db, CostMode::Profile);
+  CHECK(cm.computeEfficiency("MatMul") == Approx(0.4));
+  CHECK(cm.computeEfficiencySource("MatMul") == "fitted to 5 measurements");
+  CHECK(cm.computeEfficiency("Conv") == Approx(0.6));
+}
+
+TEST_CASE("tile memory counts weights, gradients and optimizer state",
+          "[Cost]") {
+  Graph g = convRelu();
+  CostModel cm(h100(), nullptr, CostMode::Analytic);
+  const Op &conv = g.op(0);
+  // Split output channels (loop 1) in two: half of the weights.
+  Box half = rows(conv.sem, 1, 0, 2);
+  Bytes w = 2 * 3 * 3 * 3 * 4;
+  TileMemory sgd = cm.memory(g, conv, half, Optimizer::Sgd);
+  CHECK(sgd.weights == w);
+  CHECK(sgd.gradients == w);
+  CHECK(sgd.optimizer == 0);
+  CHECK(cm.memory(g, conv, half, Optimizer::Adam).optimizer == 2 * w);
+  // Conv keeps its whole input for backward-weight.
+  CHECK(sgd.saved == 8 * 3 * 16 * 16 * 4);
+  // Relu keeps a 1-byte mask of its output.
+  CHECK(cm.memory(g, g.op(1), g.op(1).sem.fullTile(), Optimizer::Sgd).saved ==
+        8 * 4 * 16 * 16);
+}

@@ -181,7 +181,7 @@ static llvm::Error runCost() {
   auto db = loadProfile(dev.name);
   if (!db)
     return db.takeError();
-  auto g = loadModel(modelPath, 1);
+  auto g = loadModel(modelPath, static_cast<int64_t>(topo->numDevices()));
   if (!g)
     return g.takeError();
   CostModel cm(dev, *db ? &**db : nullptr, *mode);

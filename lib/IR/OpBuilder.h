@@ -53,6 +53,12 @@ public:
   llvm::Expected<OpSemantics> finish();
 };
 
+/// FLOPs and saved state of an LSTM step or layer: gate pre-activations from
+/// the input and recurrent matmuls over (outer loops x gate x hidden), the
+/// cell's point-wise work, and gates and cell states kept for backward.
+void addLstmCosts(SemBuilder &b, uint64_t outer, int gate, int hidden,
+                  int input, int recur, DType dt);
+
 /// A normalised axis in [0, rank), or an error.
 llvm::Expected<int64_t> normAxis(int64_t axis, int64_t rank,
                                  llvm::StringRef what);

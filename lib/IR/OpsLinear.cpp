@@ -293,27 +293,29 @@ llvm::Expected<OpSemantics> buildLstm(const Op &op, const Graph &g) {
   for (int k = 1; k <= 2; ++k)
     if (b.out(k))
       b.setOutput(k, state(h));
-  uint64_t xw = loopMaskOf({t, d, n, gt, h, i});
-  uint64_t hr = loopMaskOf({t, d, n, gt, h, j});
-  uint64_t cell = loopMaskOf({t, d, n, h});
-  for (Pass p : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
-    b.flops(p, 2, xw);
-    b.flops(p, 2, hr);
-  }
-  b.flops(Pass::Forward, 10, cell);
-  b.flops(Pass::BackwardData, 12, cell);
-  b.saveInput(0);
-  if (b.out(0))
-    b.saveOutput(0);
-  // Gate activations and cell states kept for backward-through-time.
-  b.sem.savedExtraBytes.push_back(
-      {static_cast<double>(dtypeBytes(X.dtype)), loopMaskOf({t, d, n, gt, h})});
-  b.sem.savedExtraBytes.push_back(
-      {static_cast<double>(dtypeBytes(X.dtype)), cell});
+  addLstmCosts(b, loopMaskOf({t, d, n}), gt, h, i, j, X.dtype);
   return b.finish();
 }
 
 } // namespace
+
+void addLstmCosts(SemBuilder &b, uint64_t outer, int gate, int hidden,
+                  int input, int recur, DType dt) {
+  uint64_t g = outer | loopMaskOf({gate, hidden});
+  uint64_t cell = outer | loopMaskOf({hidden});
+  for (Pass p : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
+    b.flops(p, 2, g | loopMaskOf({input}));
+    b.flops(p, 2, g | loopMaskOf({recur}));
+  }
+  b.flops(Pass::Forward, 10, cell);
+  b.flops(Pass::BackwardData, 12, cell);
+  b.saveInput(0);
+  b.saveOutput(0);
+  // Gate activations and cell states kept for backward-through-time.
+  double eb = static_cast<double>(dtypeBytes(dt));
+  b.sem.savedExtraBytes.push_back({eb, g});
+  b.sem.savedExtraBytes.push_back({eb, cell});
+}
 
 void registerLinearOps(OpRegistry &r) {
   r.add({"Gemm", "C = alpha*op(A)*op(B) + beta*C", buildGemm, {1, 2}, false,

@@ -71,19 +71,7 @@ llvm::Expected<OpSemantics> buildLstmCell(const Op &op, const Graph &g) {
   b.setOutput(0, {L(n), L(h)});
   if (b.out(1))
     b.setOutput(1, {L(n), L(h)});
-  uint64_t xw = loopMaskOf({n, gt, h, i}), hr = loopMaskOf({n, gt, h, j});
-  uint64_t cell = loopMaskOf({n, h});
-  for (Pass p : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
-    b.flops(p, 2, xw);
-    b.flops(p, 2, hr);
-  }
-  b.flops(Pass::Forward, 10, cell);
-  b.flops(Pass::BackwardData, 12, cell);
-  b.saveInput(0);
-  b.saveOutput(0);
-  double eb = static_cast<double>(dtypeBytes(X.dtype));
-  b.sem.savedExtraBytes.push_back({eb, loopMaskOf({n, gt, h})});
-  b.sem.savedExtraBytes.push_back({eb, cell});
+  addLstmCosts(b, loopMaskOf({n}), gt, h, i, j, X.dtype);
   return b.finish();
 }
 

@@ -68,6 +68,7 @@ private:
   llvm::Expected<IrNode> convert(int i);
   llvm::Expected<ValueId> valueFor(const std::string &name);
   llvm::Expected<ValueId> outputValue(const std::string &name);
+  llvm::Expected<ValueId> addChecked(Value v, int32_t elemType);
   llvm::Error appendLoss();
 };
 
@@ -203,21 +204,7 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     return internalError("{}: tensor '{}' has no value before its use", s_.path,
                          name);
   }
-  auto dt = toDType(elemType);
-  if (!dt)
-    return withContext(dt.takeError(),
-                       fmt::format("{}: {}: ", s_.path, s_.describe(name)));
-  v.dtype = *dt;
-  for (size_t d = 0; d < v.shape.rank(); ++d)
-    if (v.shape[d] <= 0)
-      return inputError("{}: {}: dim {} is {}; dims must be positive", s_.path,
-                        s_.describe(name), d, v.shape[d]);
-  if (!v.shape.numElements())
-    return inputError("{}: {}: the element count of shape {} overflows int64",
-                      s_.path, s_.describe(name), v.shape.str());
-  ValueId id = graph_->addValue(std::move(v));
-  ids_[name] = id;
-  return id;
+  return addChecked(std::move(v), elemType);
 }
 
 /// The activation value of a node output; kNoValue for an absent or unused
@@ -236,7 +223,14 @@ llvm::Expected<ValueId> Builder::outputValue(const std::string &name) {
   v.name = name;
   v.kind = ValueKind::Activation;
   v.shape.dims = *dims;
-  auto dt = toDType(info->second.elemType);
+  return addChecked(std::move(v), info->second.elemType);
+}
+
+/// Adds `v` once its element type is known and its dims are positive with
+/// an element count that fits int64.
+llvm::Expected<ValueId> Builder::addChecked(Value v, int32_t elemType) {
+  const std::string name = v.name;
+  auto dt = toDType(elemType);
   if (!dt)
     return withContext(dt.takeError(),
                        fmt::format("{}: {}: ", s_.path, s_.describe(name)));

@@ -1,0 +1,79 @@
+// The execution simulator (FlexFlow section 5, Appendices A and B): a full
+// simulation of a task graph in ready-time order with FIFO devices and links
+// (Algorithm 1), and a delta simulation after one op's configuration changes
+// that gives exactly the same timeline (every task's start and end) as a full
+// simulation of the new strategy.
+//
+// Delta simulation differs from FlexFlow's Algorithm 2, which propagates
+// updates Bellman-Ford style and must re-order FIFO queues: the full
+// simulation is a deterministic list schedule in (ready time, canonical task
+// key) order, so every task popped before the first time T* at which the
+// change can matter is popped identically in both schedules. The delta
+// simulator rebuilds only the changed segments of the task graph, keeps the
+// schedule's prefix before T*, restores each device's and link's queue at
+// that point, and re-simulates the rest. Exact by construction.
+#ifndef SOAP_SIM_SIMULATOR_H
+#define SOAP_SIM_SIMULATOR_H
+
+#include "soap/Sim/TaskGraph.h"
+#include <map>
+
+namespace soap {
+
+struct SimMetrics {
+  Seconds iterationTime = 0;
+  std::vector<TaskGraph::DeviceMemory> memory; ///< per device
+  Bytes peakMemory = 0;
+  DeviceId peakDevice = 0;
+  Bytes capacity = 0; ///< per device
+  bool fits = true;   ///< every device's memory within its capacity
+  /// Bytes of point-to-point transfers by the link classes they cross.
+  std::map<LinkClass, Bytes> transferBytesByClass;
+  Bytes transferBytes = 0;
+  /// Bytes sent in all-reduces, summed over devices (a ring's 2(n-1)/n of
+  /// the buffer from each of n devices).
+  Bytes collectiveBytes = 0;
+  Seconds computeTime = 0; ///< sum of compute task times, all devices
+  /// The chain of tasks that determines the iteration time, and how its
+  /// time divides between kinds of task.
+  size_t criticalPathTasks = 0;
+  Seconds criticalCompute = 0, criticalTransfer = 0, criticalCollective = 0,
+          criticalUpdate = 0;
+  size_t numTasks = 0;
+};
+
+class Simulator {
+public:
+  explicit Simulator(TaskGraph &tg);
+
+  /// Algorithm 1: simulates the whole graph; returns the iteration time.
+  Seconds simulateFull();
+  /// Changes op `o`'s configuration and simulates the change (delta).
+  llvm::Expected<Seconds> apply(OpId o, const OpConfig &c);
+
+  Seconds iterationTime() const;
+  SimMetrics metrics() const;
+  /// Tasks re-simulated by the last call (for benchmarks).
+  size_t lastResimulated() const { return lastResimulated_; }
+  /// Chrome trace (chrome://tracing, Perfetto): one track per device and
+  /// per link.
+  Json chromeTrace() const;
+
+  TaskGraph &graph() { return tg_; }
+  const TaskGraph &graph() const { return tg_; }
+
+private:
+  void run(uint32_t fromSeq, std::vector<TaskId> initial);
+
+  TaskGraph &tg_;
+  std::vector<TaskId> order_;
+  std::vector<Seconds> orderReady_, prefixMaxEnd_;
+  /// Per resource: (seq, end) of the tasks it ran, in order.
+  std::vector<std::vector<std::pair<uint32_t, Seconds>>> resourceLog_;
+  std::vector<uint32_t> remaining_;
+  size_t lastResimulated_ = 0;
+};
+
+} // namespace soap
+
+#endif // SOAP_SIM_SIMULATOR_H

@@ -1,0 +1,171 @@
+// The task graph of one training iteration under a strategy (FlexFlow
+// section 5.1, extended to the SOAP space): a forward and a backward task per
+// tile, a transfer per pair of tiles whose regions intersect on different
+// devices (forward activations and backward gradients, the exact
+// intersection's bytes, on the links of the route), collectives for partial
+// sums, split statistics and weight-gradient synchronisation, and an update
+// task per weight shard. It is built in segments (an op's tasks, an edge's
+// transfers, a weight's synchronisation) so that changing one op's
+// configuration rebuilds only the segments that touch it.
+#ifndef SOAP_SIM_TASKGRAPH_H
+#define SOAP_SIM_TASKGRAPH_H
+
+#include "soap/Cost/CostModel.h"
+#include "soap/Machine/Collectives.h"
+#include "soap/Parallel/Strategy.h"
+#include <map>
+#include <set>
+#include <vector>
+
+namespace soap {
+
+using TaskId = uint32_t;
+constexpr TaskId kNoTask = ~TaskId(0);
+
+enum class TaskKind : uint8_t {
+  Forward,    ///< a tile's forward kernel, on its device
+  Backward,   ///< a tile's backward-data and backward-weight kernels
+  Transfer,   ///< a region sent between two devices, on the route's links
+  Collective, ///< all-reduce of partial sums, statistics or weight gradients
+  Update,     ///< the optimizer step of a weight shard
+};
+llvm::StringRef taskKindName(TaskKind k);
+
+/// What a collective task reduces.
+enum class CollectiveRole : uint8_t { PartialSum, Statistics, WeightGrad };
+
+/// A canonical identity of a task, independent of the order the graph was
+/// built in, so that ties in ready time break the same way in a full and a
+/// delta simulation.
+struct TaskKey {
+  uint8_t kind = 0;
+  uint32_t a = 0, b = 0;
+  uint64_t c = 0;
+  bool operator<(const TaskKey &o) const {
+    if (kind != o.kind)
+      return kind < o.kind;
+    if (a != o.a)
+      return a < o.a;
+    if (b != o.b)
+      return b < o.b;
+    return c < o.c;
+  }
+  bool operator==(const TaskKey &o) const {
+    return kind == o.kind && a == o.a && b == o.b && c == o.c;
+  }
+};
+
+struct Task {
+  TaskKind kind = TaskKind::Forward;
+  TaskKey key;
+  Seconds exe = 0;
+  Bytes bytes = 0; ///< moved by a transfer or a collective
+  /// Devices [0, N) and directed links (N + link id) the task occupies.
+  std::vector<uint32_t> resources;
+  std::vector<TaskId> preds, succs;
+  OpId op = -1;         ///< the op (compute, transfer into it, its reductions)
+  int64_t tile = -1;    ///< tile index for compute tasks
+  ValueId weight = -1;  ///< the weight of a WeightGrad collective or update
+  CollectiveRole role = CollectiveRole::PartialSum;
+  uint32_t groupSize = 0; ///< devices in a collective
+  bool alive = false;
+  // Filled by the simulator.
+  Seconds ready = 0, start = 0, end = 0;
+  uint32_t seq = 0; ///< position in the simulated order
+  bool simulated = false;
+};
+
+/// Everything the graph is built from; all must outlive the TaskGraph.
+struct SimContext {
+  const Graph &graph;
+  const Topology &topo;
+  const CostModel &cost;
+  const CollectiveModel &collectives;
+  Optimizer optimizer = Optimizer::Sgd;
+};
+
+class TaskGraph {
+public:
+  /// Builds the whole graph. Errors come from the cost model (strict mode).
+  static llvm::Expected<TaskGraph> build(const SimContext &ctx,
+                                         const Strategy &s);
+
+  /// Changes op `o`'s configuration, rebuilding its segments in place.
+  /// `changed` receives every task whose existence, edges or time changed
+  /// (new tasks and neighbours whose edges changed) and `removedReady` the
+  /// old ready times of removed tasks, for the delta simulator.
+  llvm::Error changeConfig(OpId o, const OpConfig &c,
+                           std::vector<TaskId> &changed,
+                           std::vector<Seconds> &removedReady);
+
+  const Strategy &strategy() const { return strategy_; }
+  std::vector<Task> &tasks() { return tasks_; }
+  const std::vector<Task> &tasks() const { return tasks_; }
+  size_t numAlive() const { return numAlive_; }
+  size_t numResources() const {
+    return ctx_->topo.numDevices() + ctx_->topo.links().size();
+  }
+  const SimContext &context() const { return *ctx_; }
+
+  /// Memory each device holds (weights, gradients and optimizer state of its
+  /// shards, each counted once per device; saved activations; receive
+  /// buffers of forward transfers; the largest workspace).
+  struct DeviceMemory {
+    Bytes weights = 0, gradients = 0, optimizer = 0, saved = 0, buffers = 0,
+          workspace = 0;
+    Bytes total() const {
+      return weights + gradients + optimizer + saved + buffers + workspace;
+    }
+  };
+  std::vector<DeviceMemory> memory() const;
+
+private:
+  explicit TaskGraph(const SimContext &ctx) : ctx_(&ctx) {}
+
+  struct Edge {
+    OpId producer;
+    int output;
+    OpId consumer;
+    int input;
+  };
+  /// Per op: its compute tasks and the handles others depend on.
+  struct OpTasks {
+    std::vector<TaskId> fwd, bwd;      ///< per task (tile * replicas + r)
+    std::vector<TaskId> fwdOut;        ///< per tile: output ready (after reductions)
+    std::vector<TaskId> bwdOut;        ///< per task: input gradients ready
+    std::vector<TaskId> own;           ///< every task of the segment
+  };
+
+  TaskId newTask(Task t);
+  void removeTask(TaskId id, std::vector<TaskId> &touched,
+                  std::vector<Seconds> &removedReady);
+  void link(TaskId from, TaskId to);
+  llvm::Error buildOp(OpId o);
+  void buildEdge(size_t e, std::vector<TaskId> &owned);
+  void buildWeight(ValueId w, std::vector<TaskId> &owned);
+  Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
+  std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
+  const std::vector<uint32_t> &ringResources(const std::vector<DeviceId> &g);
+  TaskId collective(CollectiveRole role, TaskKey key, OpId op,
+                    const std::vector<DeviceId> &devs, Bytes bytes);
+  llvm::Expected<KernelTimes> kernelTimes(OpId o, const Box &tile);
+
+  const SimContext *ctx_;
+  Strategy strategy_;
+  std::vector<Task> tasks_;
+  std::vector<TaskId> free_;
+  size_t numAlive_ = 0;
+  std::vector<Edge> edges_;
+  std::vector<std::vector<size_t>> edgesOfOp_; ///< in and out edges per op
+  std::vector<OpTasks> opTasks_;
+  std::vector<std::vector<TaskId>> edgeTasks_;
+  std::vector<ValueId> weights_; ///< weight values used by ops
+  std::map<ValueId, std::vector<TaskId>> weightTasks_;
+  std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
+  std::vector<TaskId> predsChanged_; ///< during changeConfig
+  std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
+};
+
+} // namespace soap
+
+#endif // SOAP_SIM_TASKGRAPH_H

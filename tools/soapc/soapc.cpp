@@ -1,5 +1,7 @@
 // soapc: the command-line driver. Parses options and calls the libraries.
 #include "soap/Cost/CostPrinter.h"
+#include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Sim/SimReport.h"
 #include "soap/IR/GraphPrinter.h"
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
@@ -28,9 +30,15 @@ static cl::SubCommand costCmd("cost",
                               "What the cost model predicts for each op of a "
                               "model run whole on one device of a topology");
 
+static cl::SubCommand
+    simulateCmd("simulate",
+                "Simulate one training iteration of a model under a "
+                "strategy: time, memory per device, bytes moved");
+
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx>"),
-                                      cl::sub(dumpCmd), cl::sub(costCmd));
+                                      cl::sub(dumpCmd), cl::sub(costCmd),
+                                      cl::sub(simulateCmd));
 static cl::opt<std::string> topoPath(cl::Positional, cl::Required,
                                      cl::desc("<cluster.json>"),
                                      cl::sub(topoCmd));
@@ -41,50 +49,71 @@ static cl::opt<OutputFormat>
            cl::values(clEnumValN(OutputFormat::Table, "table", "aligned text"),
                       clEnumValN(OutputFormat::Json, "json", "JSON")),
            cl::init(OutputFormat::Table), cl::sub(dumpCmd), cl::sub(topoCmd),
-           cl::sub(costCmd), cl::cat(soapCat));
+           cl::sub(costCmd), cl::sub(simulateCmd), cl::cat(soapCat));
 
 static cl::opt<int64_t>
     batch("batch",
           cl::desc("Samples per iteration: the value of the model's symbolic "
                    "batch dim (default: 64 per device)"),
-          cl::init(0), cl::sub(dumpCmd), cl::sub(costCmd), cl::cat(soapCat));
+          cl::init(0), cl::sub(dumpCmd), cl::sub(costCmd),
+          cl::sub(simulateCmd), cl::cat(soapCat));
 
 static cl::opt<bool> noLoss("no-loss",
                             cl::desc("Do not append a softmax cross-entropy "
                                      "loss to a model that has none"),
                             cl::init(false), cl::sub(dumpCmd),
-                            cl::sub(costCmd), cl::cat(soapCat));
+                            cl::sub(costCmd), cl::sub(simulateCmd),
+                            cl::cat(soapCat));
 
 static cl::opt<bool>
     unrollRnn("unroll-rnn",
               cl::desc("Unroll LSTM layers into one cell per time step, so "
                        "layers and time steps can be placed apart"),
               cl::init(false), cl::sub(dumpCmd), cl::sub(costCmd),
-              cl::cat(soapCat));
+              cl::sub(simulateCmd), cl::cat(soapCat));
 
 static cl::opt<std::string> topologyOpt("topology",
                                         cl::desc("Cluster description (JSON)"),
                                         cl::value_desc("cluster.json"),
                                         cl::Required, cl::sub(costCmd),
+                                        cl::sub(simulateCmd),
                                         cl::cat(soapCat));
 
 static cl::opt<std::string> profileOpt(
     "profile",
     cl::desc("Cost database to use (default: profiles/<device>.json of this "
              "source tree, when it exists)"),
-    cl::value_desc("profile.json"), cl::sub(costCmd), cl::cat(soapCat));
+    cl::value_desc("profile.json"), cl::sub(costCmd), cl::sub(simulateCmd),
+    cl::cat(soapCat));
 
 static cl::opt<std::string> costModelOpt(
     "cost-model",
     cl::desc("Kernel times from: analytic (roofline), profile (database, "
              "roofline where it has no entry), strict (database only)"),
-    cl::init("profile"), cl::sub(costCmd), cl::cat(soapCat));
+    cl::init("profile"), cl::sub(costCmd), cl::sub(simulateCmd),
+    cl::cat(soapCat));
 
 static cl::opt<std::string>
     optimizerOpt("optimizer",
                  cl::desc("Optimizer whose state is counted: sgd, momentum, "
                           "adam"),
-                 cl::init("sgd"), cl::sub(costCmd), cl::cat(soapCat));
+                 cl::init("sgd"), cl::sub(costCmd), cl::sub(simulateCmd),
+                 cl::cat(soapCat));
+
+static cl::opt<std::string>
+    strategyOpt("strategy",
+                cl::desc("The strategy to simulate: data (every op split by "
+                         "sample over all devices), model (layer-wise "
+                         "placement), expert (CNNs: data-parallel conv, "
+                         "parameter-parallel dense; RNNs: GNMT)"),
+                cl::init("data"), cl::sub(simulateCmd), cl::cat(soapCat));
+
+static cl::opt<std::string>
+    traceOpt("trace",
+             cl::desc("Write the simulated timeline as a Chrome trace "
+                      "(chrome://tracing, Perfetto)"),
+             cl::value_desc("trace.json"), cl::sub(simulateCmd),
+             cl::cat(soapCat));
 
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
@@ -164,6 +193,64 @@ loadProfile(llvm::StringRef device) {
   return std::optional<CostDatabase>(std::move(*db));
 }
 
+/// What cost, simulate and the searchers share: options checked, the
+/// cluster, its cost database and the model at the cluster's batch.
+struct Setup {
+  CostMode mode;
+  Optimizer optimizer;
+  Topology topo;
+  std::optional<CostDatabase> db;
+  std::unique_ptr<Graph> graph;
+  int64_t batch;
+};
+
+static llvm::Expected<Setup> setUp() {
+  auto mode = parseCostMode(costModelOpt);
+  if (!mode)
+    return inputError("--cost-model must be analytic, profile or strict, got "
+                      "'{}'",
+                      costModelOpt.getValue());
+  auto opt = parseOptimizer(optimizerOpt);
+  if (!opt)
+    return inputError("--optimizer must be sgd, momentum or adam, got '{}'",
+                      optimizerOpt.getValue());
+  auto topo = loadTopology(topologyOpt);
+  if (!topo)
+    return topo.takeError();
+  auto db = loadProfile(topo->deviceSpec().name);
+  if (!db)
+    return db.takeError();
+  int64_t devices = static_cast<int64_t>(topo->numDevices());
+  auto g = loadModel(modelPath, devices);
+  if (!g)
+    return g.takeError();
+  return Setup{*mode, *opt, std::move(*topo), std::move(*db), std::move(*g),
+               effectiveBatch(devices)};
+}
+
+static llvm::Error runSimulate() {
+  auto s = setUp();
+  if (!s)
+    return s.takeError();
+  CostModel cm(s->topo.deviceSpec(), s->db ? &*s->db : nullptr, s->mode);
+  CollectiveModel coll(s->topo, s->db ? &s->db->collectives : nullptr);
+  auto strategy = builtinStrategy(strategyOpt, *s->graph, s->topo);
+  if (!strategy)
+    return strategy.takeError();
+  SimContext ctx{*s->graph, s->topo, cm, coll, s->optimizer};
+  auto tg = TaskGraph::build(ctx, *strategy);
+  if (!tg)
+    return tg.takeError();
+  Simulator sim(*tg);
+  sim.simulateFull();
+  SimMetrics m = sim.metrics();
+  if (!traceOpt.empty())
+    if (auto err = writeFileAtomic(traceOpt, sim.chromeTrace().dump() + "\n"))
+      return err;
+  emit(simReport(sim, m, strategyOpt, s->batch), printSimReport);
+  return llvm::Error::success();
+}
+
 static llvm::Error runCost() {
   auto mode = parseCostMode(costModelOpt);
   if (!mode)
@@ -204,7 +291,9 @@ int main(int argc, char **argv) {
           "  soapc dump model.onnx [--batch N] [--format table|json]\n"
           "  soapc topo cluster.json [--format table|json]\n"
           "  soapc cost model.onnx --topology cluster.json "
-          "[--cost-model analytic|profile|strict]\n",
+          "[--cost-model analytic|profile|strict]\n"
+          "  soapc simulate model.onnx --topology cluster.json "
+          "[--strategy data|model|expert] [--trace trace.json]\n",
           &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);
   setupLogging(quiet ? -1 : verbose ? 1 : 0);
@@ -215,6 +304,8 @@ int main(int argc, char **argv) {
     err = runTopo();
   else if (costCmd)
     err = runCost();
+  else if (simulateCmd)
+    err = runSimulate();
   else {
     llvm::errs() << "soapc: error: no command given; try 'soapc dump "
                     "model.onnx' or 'soapc --help'\n";

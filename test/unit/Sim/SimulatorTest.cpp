@@ -120,6 +120,28 @@ TEST_CASE("delta simulation equals full simulation on an unrolled RNN",
   deltaEqualsFull("rnntc", 32, "dgx-h100-1", 60, 2);
 }
 
+static const char *kZoo[] = {"lenet",    "alexnet",     "vgg16",
+                             "resnet101", "inception_v3", "wide_resnet101_2",
+                             "mlp",       "rnntc",       "rnnlm",
+                             "nmt",       "transformer", "gpt2"};
+
+TEST_CASE("delta equals full on every zoo model, p100-4x4 and dgx-h100-2",
+          "[Sim][zoo]") {
+  // Small batches keep this quick; the soak test below runs thousands.
+  uint64_t seed = 10;
+  for (const char *m : kZoo)
+    for (const char *t : {"p100-4x4", "dgx-h100-2"})
+      deltaEqualsFull(m, 16, t, 12, seed++);
+}
+
+TEST_CASE("soak: delta equals full over thousands of changes", "[.soak]") {
+  // Run by hand: build/bin/soap-unit-tests "[.soak]"
+  uint64_t seed = 100;
+  for (const char *m : kZoo)
+    for (const char *t : {"p100-4x4", "dgx-h100-2"})
+      deltaEqualsFull(m, 64, t, 400, seed++);
+}
+
 TEST_CASE("a matmul split on two devices moves the exact bytes", "[Sim]") {
   // y[8,6] = x[8,4] @ w[4,6]; then relu. Split the matmul on m, n or k over
   // devices 0 and 1 with relu on device 0 whole.

@@ -67,6 +67,8 @@ TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c) {
 TaskId TaskGraph::newTask(Task t) {
   t.alive = true;
   ++numAlive_;
+  if (t.bufferDevice >= 0)
+    mem_[t.bufferDevice].buffers += t.bytes;
   if (!free_.empty()) {
     TaskId id = free_.back();
     free_.pop_back();
@@ -89,6 +91,8 @@ void TaskGraph::removeTask(TaskId id, std::vector<TaskId> &touched,
   if (!t.alive)
     return;
   removedReady.push_back(t.ready);
+  if (t.bufferDevice >= 0)
+    mem_[t.bufferDevice].buffers -= t.bytes;
   auto erase = [&](std::vector<TaskId> &v) {
     v.erase(std::remove(v.begin(), v.end(), id), v.end());
   };
@@ -352,6 +356,8 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
     t.exe = transferTime(a, b, bytes);
     t.resources = routeResources(a, b);
     t.op = ed.consumer;
+    if (dir == 0)
+      t.bufferDevice = static_cast<int32_t>(b);
     TaskId id = newTask(std::move(t));
     owned.push_back(id);
     link(from, id);
@@ -531,6 +537,10 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
     }
   }
   tg.weights_.assign(weights.begin(), weights.end());
+  tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
+  tg.workspaces_.assign(ctx.topo.numDevices(), {});
+  for (const Op &o : g.ops())
+    tg.addOpMemory(o.id, +1);
   for (const Op &o : g.ops())
     if (auto err = tg.buildOp(o.id))
       return llvm::Error(std::move(err));
@@ -567,7 +577,9 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
       removeTask(t, touched, removedReady);
     weightTasks_[w].clear();
   }
+  addOpMemory(o, -1);
   strategy_.configs[o] = c;
+  addOpMemory(o, +1);
   if (auto err = buildOp(o))
     return err;
   changed = opTasks_[o].own;
@@ -591,48 +603,58 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   return llvm::Error::success();
 }
 
-std::vector<TaskGraph::DeviceMemory> TaskGraph::memory() const {
+bool TaskGraph::fits() const {
+  Bytes cap = ctx_->topo.deviceSpec().memoryBytes;
+  for (const DeviceMemory &m : mem_)
+    if (m.total() > cap)
+      return false;
+  return true;
+}
+
+/// Adds (sign +1) or removes (-1) what op `o`'s tiles hold on their
+/// devices: saved activations, workspace, and weight shards, each shard
+/// counted once per device however many ops or tiles use it.
+void TaskGraph::addOpMemory(OpId o, int sign) {
   const Graph &g = ctx_->graph;
-  std::vector<DeviceMemory> mem(ctx_->topo.numDevices());
-  std::map<DeviceId, std::set<std::pair<ValueId, std::vector<int64_t>>>> held;
+  const Op &op = g.op(o);
+  const OpConfig &c = strategy_.configs[o];
+  std::vector<DType> inT, outT;
+  for (ValueId v : op.inputs)
+    inT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
+  for (ValueId v : op.outputs)
+    outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   int state = optimizerStateFactor(ctx_->optimizer);
-  for (const Op &op : g.ops()) {
-    const OpConfig &c = strategy_.configs[op.id];
-    std::vector<DType> inT, outT;
-    for (ValueId v : op.inputs)
-      inT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-    for (ValueId v : op.outputs)
-      outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-    for (int64_t k = 0; k < c.numTiles(); ++k) {
-      Box tile = c.tile(op.sem, k);
-      Bytes saved = op.sem.savedBytes(tile, inT, outT);
-      TileMemory tm = ctx_->cost.memory(g, op, tile, ctx_->optimizer);
-      for (int32_t r = 0; r < c.replicas; ++r) {
-        DeviceMemory &m = mem[c.device(k, r)];
-        m.saved += saved;
-        m.workspace = std::max(m.workspace, tm.workspace);
-        for (int i : op.sem.weightInputs) {
-          Box b = op.sem.inputRegion(i, tile);
-          std::vector<int64_t> bk = b.lo;
-          bk.insert(bk.end(), b.hi.begin(), b.hi.end());
-          if (!held[c.device(k, r)].insert({op.inputs[i], bk}).second)
-            continue;
-          Bytes wb = b.volume() * dtypeBytes(inT[i]);
-          m.weights += wb;
-          m.gradients += wb;
-          m.optimizer += wb * state;
-        }
+  for (int64_t k = 0; k < c.numTiles(); ++k) {
+    Box tile = c.tile(op.sem, k);
+    Bytes saved = op.sem.savedBytes(tile, inT, outT);
+    Bytes ws = ctx_->cost.memory(g, op, tile, ctx_->optimizer).workspace;
+    for (int32_t r = 0; r < c.replicas; ++r) {
+      DeviceId d = c.device(k, r);
+      DeviceMemory &m = mem_[d];
+      m.saved += sign * saved;
+      auto &wsm = workspaces_[d];
+      if (sign > 0)
+        ++wsm[ws];
+      else if (--wsm[ws] == 0)
+        wsm.erase(ws);
+      m.workspace = wsm.empty() ? 0 : wsm.rbegin()->first;
+      for (int i : op.sem.weightInputs) {
+        Box b = op.sem.inputRegion(i, tile);
+        std::vector<int64_t> bk = b.lo;
+        bk.insert(bk.end(), b.hi.begin(), b.hi.end());
+        int &refs = shardRefs_[{op.inputs[i], bk, d}];
+        bool change = sign > 0 ? refs++ == 0 : --refs == 0;
+        if (refs == 0)
+          shardRefs_.erase({op.inputs[i], bk, d});
+        if (!change)
+          continue;
+        Bytes wb = sign * b.volume() * dtypeBytes(inT[i]);
+        m.weights += wb;
+        m.gradients += wb;
+        m.optimizer += wb * state;
       }
     }
   }
-  // Receive buffers of forward transfers.
-  for (const Task &t : tasks_)
-    if (t.alive && t.kind == TaskKind::Transfer && (t.key.b >> 16) == 0) {
-      const Task &dst = tasks_[t.succs.empty() ? 0 : t.succs[0]];
-      if (!t.succs.empty())
-        mem[dst.resources[0]].buffers += t.bytes;
-    }
-  return mem;
 }
 
 } // namespace soap

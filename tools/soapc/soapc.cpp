@@ -1,18 +1,25 @@
 // soapc: the command-line driver. Parses options and calls the libraries.
+//   soapc model.onnx --topology T --search mcmc [-o plan.json]   (search)
+//   soapc compare | simulate | cost | dump | topo ...
 #include "soap/Cost/CostPrinter.h"
-#include "soap/Parallel/BuiltinStrategies.h"
-#include "soap/Sim/SimReport.h"
 #include "soap/IR/GraphPrinter.h"
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Machine/TopologyPrinter.h"
+#include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Search/Driver.h"
+#include "soap/Sim/SimReport.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Format.h"
 #include "soap/Support/Json.h"
 #include "soap/Support/Logging.h"
+#include "soap/Support/Sha256.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace soap;
@@ -29,76 +36,73 @@ static cl::SubCommand topoCmd("topo",
 static cl::SubCommand costCmd("cost",
                               "What the cost model predicts for each op of a "
                               "model run whole on one device of a topology");
-
 static cl::SubCommand
     simulateCmd("simulate",
                 "Simulate one training iteration of a model under a "
                 "strategy: time, memory per device, bytes moved");
+static cl::SubCommand
+    compareCmd("compare",
+               "Run several searchers on one model and topology under the "
+               "same simulator, one row each");
 
-static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
-                                      cl::desc("<model.onnx>"),
-                                      cl::sub(dumpCmd), cl::sub(costCmd),
-                                      cl::sub(simulateCmd));
+#define SOAP_MODEL_CMDS                                                        \
+  cl::sub(dumpCmd), cl::sub(costCmd), cl::sub(simulateCmd),                    \
+      cl::sub(compareCmd), cl::sub(*cl::TopLevelSubCommand)
+#define SOAP_MACHINE_CMDS                                                      \
+  cl::sub(costCmd), cl::sub(simulateCmd), cl::sub(compareCmd),                 \
+      cl::sub(*cl::TopLevelSubCommand)
+#define SOAP_SEARCH_CMDS cl::sub(compareCmd), cl::sub(*cl::TopLevelSubCommand)
+
+static cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"),
+                                      SOAP_MODEL_CMDS);
 static cl::opt<std::string> topoPath(cl::Positional, cl::Required,
                                      cl::desc("<cluster.json>"),
                                      cl::sub(topoCmd));
 
-enum class OutputFormat { Table, Json };
-static cl::opt<OutputFormat>
-    format("format", cl::desc("Output format"),
-           cl::values(clEnumValN(OutputFormat::Table, "table", "aligned text"),
-                      clEnumValN(OutputFormat::Json, "json", "JSON")),
-           cl::init(OutputFormat::Table), cl::sub(dumpCmd), cl::sub(topoCmd),
-           cl::sub(costCmd), cl::sub(simulateCmd), cl::cat(soapCat));
+enum class OutputFormat { Table, Csv, Json };
+static cl::opt<OutputFormat> format(
+    "format", cl::desc("Output format"),
+    cl::values(clEnumValN(OutputFormat::Table, "table", "aligned text"),
+               clEnumValN(OutputFormat::Csv, "csv", "CSV (compare only)"),
+               clEnumValN(OutputFormat::Json, "json", "JSON")),
+    cl::init(OutputFormat::Table), cl::sub(dumpCmd), cl::sub(topoCmd),
+    cl::sub(costCmd), cl::sub(simulateCmd), cl::sub(compareCmd),
+    cl::cat(soapCat));
 
 static cl::opt<int64_t>
     batch("batch",
           cl::desc("Samples per iteration: the value of the model's symbolic "
                    "batch dim (default: 64 per device)"),
-          cl::init(0), cl::sub(dumpCmd), cl::sub(costCmd),
-          cl::sub(simulateCmd), cl::cat(soapCat));
-
+          cl::init(0), SOAP_MODEL_CMDS, cl::cat(soapCat));
 static cl::opt<bool> noLoss("no-loss",
                             cl::desc("Do not append a softmax cross-entropy "
                                      "loss to a model that has none"),
-                            cl::init(false), cl::sub(dumpCmd),
-                            cl::sub(costCmd), cl::sub(simulateCmd),
-                            cl::cat(soapCat));
-
+                            cl::init(false), SOAP_MODEL_CMDS, cl::cat(soapCat));
 static cl::opt<bool>
     unrollRnn("unroll-rnn",
               cl::desc("Unroll LSTM layers into one cell per time step, so "
                        "layers and time steps can be placed apart"),
-              cl::init(false), cl::sub(dumpCmd), cl::sub(costCmd),
-              cl::sub(simulateCmd), cl::cat(soapCat));
+              cl::init(false), SOAP_MODEL_CMDS, cl::cat(soapCat));
 
 static cl::opt<std::string> topologyOpt("topology",
                                         cl::desc("Cluster description (JSON)"),
                                         cl::value_desc("cluster.json"),
-                                        cl::Required, cl::sub(costCmd),
-                                        cl::sub(simulateCmd),
-                                        cl::cat(soapCat));
-
+                                        SOAP_MACHINE_CMDS, cl::cat(soapCat));
 static cl::opt<std::string> profileOpt(
     "profile",
     cl::desc("Cost database to use (default: profiles/<device>.json of this "
              "source tree, when it exists)"),
-    cl::value_desc("profile.json"), cl::sub(costCmd), cl::sub(simulateCmd),
-    cl::cat(soapCat));
-
+    cl::value_desc("profile.json"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 static cl::opt<std::string> costModelOpt(
     "cost-model",
     cl::desc("Kernel times from: analytic (roofline), profile (database, "
              "roofline where it has no entry), strict (database only)"),
-    cl::init("profile"), cl::sub(costCmd), cl::sub(simulateCmd),
-    cl::cat(soapCat));
-
+    cl::init("profile"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 static cl::opt<std::string>
     optimizerOpt("optimizer",
                  cl::desc("Optimizer whose state is counted: sgd, momentum, "
                           "adam"),
-                 cl::init("sgd"), cl::sub(costCmd), cl::sub(simulateCmd),
-                 cl::cat(soapCat));
+                 cl::init("sgd"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 
 static cl::opt<std::string>
     strategyOpt("strategy",
@@ -107,13 +111,47 @@ static cl::opt<std::string>
                          "placement), expert (CNNs: data-parallel conv, "
                          "parameter-parallel dense; RNNs: GNMT)"),
                 cl::init("data"), cl::sub(simulateCmd), cl::cat(soapCat));
-
 static cl::opt<std::string>
     traceOpt("trace",
              cl::desc("Write the simulated timeline as a Chrome trace "
                       "(chrome://tracing, Perfetto)"),
              cl::value_desc("trace.json"), cl::sub(simulateCmd),
              cl::cat(soapCat));
+
+static cl::opt<std::string> searchOpt(
+    "search",
+    cl::desc("Searcher (comma-separated list for compare); see --help-list "
+             "for the registered searchers"),
+    cl::init("mcmc"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<std::string> budgetOpt(
+    "budget",
+    cl::desc("Search budget: a number of proposals (deterministic) or a "
+             "duration such as 30s, 500ms, 2m (FlexFlow's; depends on the "
+             "machine)"),
+    cl::init("20000"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<uint64_t> seedOpt("seed", cl::desc("Random seed"), cl::init(0),
+                                 SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<std::string>
+    spaceOpt("space",
+             cl::desc("Configuration space: flexflow (no reduction splits, "
+                      "no replicas) or full (both)"),
+             cl::init("flexflow"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<int> chainsOpt("chains",
+                              cl::desc("Independent MCMC chains per initial "
+                                       "strategy (the result depends on it)"),
+                              cl::init(1), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+/// --threads: libLLVM registers an unrelated, undocumented "threads"
+/// option of its own; main() removes it and then creates ours.
+static cl::opt<int> *threadsOpt = nullptr;
+static cl::opt<double> betaOpt(
+    "beta",
+    cl::desc("MCMC's beta (FlexFlow Eq. 1) per second of iteration time; 0: "
+             "a proposal 1% slower is accepted with probability e^-2"),
+    cl::init(0), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<std::string> outputOpt("o", cl::desc("Write the plan here"),
+                                      cl::value_desc("plan.json"),
+                                      cl::sub(*cl::TopLevelSubCommand),
+                                      cl::cat(soapCat));
 
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
@@ -129,6 +167,8 @@ static int64_t effectiveBatch(int64_t devices) {
 
 static llvm::Expected<std::unique_ptr<Graph>> loadModel(llvm::StringRef path,
                                                         int64_t devices) {
+  if (path.empty())
+    return inputError("no model given");
   if (batch.getNumOccurrences() && batch <= 0)
     return inputError("--batch must be at least 1, got {}", int64_t(batch));
   ImportOptions opts;
@@ -142,7 +182,8 @@ static llvm::Expected<std::unique_ptr<Graph>> loadModel(llvm::StringRef path,
   return unrollLstms(**g);
 }
 
-static void emit(const Json &j, void (*table)(const Json &, llvm::raw_ostream &)) {
+static void emit(const Json &j,
+                 void (*table)(const Json &, llvm::raw_ostream &)) {
   if (format == OutputFormat::Json)
     llvm::outs() << dumpJson(j);
   else
@@ -194,17 +235,25 @@ loadProfile(llvm::StringRef device) {
 }
 
 /// What cost, simulate and the searchers share: options checked, the
-/// cluster, its cost database and the model at the cluster's batch.
+/// cluster, its cost database, the model at the cluster's batch, and the
+/// cost and collective models over them.
 struct Setup {
   CostMode mode;
   Optimizer optimizer;
-  Topology topo;
+  std::unique_ptr<Topology> topo;
   std::optional<CostDatabase> db;
   std::unique_ptr<Graph> graph;
   int64_t batch;
+  std::unique_ptr<CostModel> cost;
+  std::unique_ptr<CollectiveModel> collectives;
+  SearchProblem problem() const {
+    return SearchProblem{*graph, *topo, *cost, *collectives, optimizer};
+  }
 };
 
-static llvm::Expected<Setup> setUp() {
+static llvm::Expected<std::unique_ptr<Setup>> setUp() {
+  if (topologyOpt.empty())
+    return inputError("--topology is required");
   auto mode = parseCostMode(costModelOpt);
   if (!mode)
     return inputError("--cost-model must be analytic, profile or strict, got "
@@ -217,27 +266,48 @@ static llvm::Expected<Setup> setUp() {
   auto topo = loadTopology(topologyOpt);
   if (!topo)
     return topo.takeError();
-  auto db = loadProfile(topo->deviceSpec().name);
+  auto s = std::make_unique<Setup>();
+  s->mode = *mode;
+  s->optimizer = *opt;
+  s->topo = std::make_unique<Topology>(std::move(*topo));
+  auto db = loadProfile(s->topo->deviceSpec().name);
   if (!db)
     return db.takeError();
-  int64_t devices = static_cast<int64_t>(topo->numDevices());
+  s->db = std::move(*db);
+  int64_t devices = static_cast<int64_t>(s->topo->numDevices());
   auto g = loadModel(modelPath, devices);
   if (!g)
     return g.takeError();
-  return Setup{*mode, *opt, std::move(*topo), std::move(*db), std::move(*g),
-               effectiveBatch(devices)};
+  s->graph = std::move(*g);
+  s->batch = effectiveBatch(devices);
+  s->cost = std::make_unique<CostModel>(s->topo->deviceSpec(),
+                                        s->db ? &*s->db : nullptr, s->mode);
+  s->collectives = std::make_unique<CollectiveModel>(
+      *s->topo, s->db ? &s->db->collectives : nullptr);
+  return s;
 }
 
-static llvm::Error runSimulate() {
+static llvm::Error runCost() {
   auto s = setUp();
   if (!s)
     return s.takeError();
-  CostModel cm(s->topo.deviceSpec(), s->db ? &*s->db : nullptr, s->mode);
-  CollectiveModel coll(s->topo, s->db ? &s->db->collectives : nullptr);
-  auto strategy = builtinStrategy(strategyOpt, *s->graph, s->topo);
+  // The whole model on one device: the batch is still the cluster's.
+  auto report = costReport(*(*s)->graph, *(*s)->cost, (*s)->optimizer);
+  if (!report)
+    return report.takeError();
+  emit(*report, printCostReport);
+  return llvm::Error::success();
+}
+
+static llvm::Error runSimulate() {
+  auto su = setUp();
+  if (!su)
+    return su.takeError();
+  Setup &s = **su;
+  auto strategy = builtinStrategy(strategyOpt, *s.graph, *s.topo);
   if (!strategy)
     return strategy.takeError();
-  SimContext ctx{*s->graph, s->topo, cm, coll, s->optimizer};
+  SimContext ctx = s.problem().context();
   auto tg = TaskGraph::build(ctx, *strategy);
   if (!tg)
     return tg.takeError();
@@ -247,54 +317,130 @@ static llvm::Error runSimulate() {
   if (!traceOpt.empty())
     if (auto err = writeFileAtomic(traceOpt, sim.chromeTrace().dump() + "\n"))
       return err;
-  emit(simReport(sim, m, strategyOpt, s->batch), printSimReport);
+  emit(simReport(sim, m, strategyOpt, s.batch), printSimReport);
   return llvm::Error::success();
 }
 
-static llvm::Error runCost() {
-  auto mode = parseCostMode(costModelOpt);
-  if (!mode)
-    return inputError("--cost-model must be analytic, profile or strict, got "
-                      "'{}'",
-                      costModelOpt.getValue());
-  auto opt = parseOptimizer(optimizerOpt);
-  if (!opt)
-    return inputError("--optimizer must be sgd, momentum or adam, got '{}'",
-                      optimizerOpt.getValue());
-  auto topo = loadTopology(topologyOpt);
-  if (!topo)
-    return topo.takeError();
-  const DeviceSpec &dev = topo->deviceSpec();
-  auto db = loadProfile(dev.name);
-  if (!db)
-    return db.takeError();
-  auto g = loadModel(modelPath, static_cast<int64_t>(topo->numDevices()));
-  if (!g)
-    return g.takeError();
-  CostModel cm(dev, *db ? &**db : nullptr, *mode);
-  auto report = costReport(**g, cm, *opt);
-  if (!report)
-    return report.takeError();
-  emit(*report, printCostReport);
+static llvm::Expected<SearchOptions> searchOptions() {
+  SearchOptions o;
+  auto b = Budget::parse(budgetOpt);
+  if (!b)
+    return b.takeError();
+  o.budget = *b;
+  o.seed = seedOpt;
+  auto space = parseSpaceKind(spaceOpt);
+  if (!space)
+    return inputError("--space must be flexflow or full, got '{}'",
+                      spaceOpt.getValue());
+  o.space.kind = *space;
+  o.chains = chainsOpt;
+  o.threads = *threadsOpt;
+  o.beta = betaOpt;
+  if (auto err = o.validate())
+    return llvm::Error(std::move(err));
+  // A progress line on stderr when it is a terminal.
+  if (llvm::sys::Process::StandardErrIsDisplayed() && !quiet)
+    o.progress = [](const SearchProgress &p) {
+      llvm::errs() << fmt::format(
+          "\rbest {:.3f} ms  {} proposals  {:.0f}/s  acceptance {:.0f}%   ",
+          p.best * 1e3, p.proposals,
+          p.elapsedSeconds > 0 ? p.proposals / p.elapsedSeconds : 0.0,
+          100 * p.acceptanceRate);
+    };
+  return o;
+}
+
+static llvm::Error runSearchCommand() {
+  auto su = setUp();
+  if (!su)
+    return su.takeError();
+  Setup &s = **su;
+  auto o = searchOptions();
+  if (!o)
+    return o.takeError();
+  auto out = runSearch(s.problem(), searchOpt, *o);
+  if (o->progress)
+    llvm::errs() << "\n";
+  if (!out)
+    return out.takeError();
+  const SimMetrics &m = out->metrics;
+  llvm::outs() << fmt::format(
+      "searcher: {} ({} proposals, {:.2f} s)\n"
+      "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"
+      "speedup over data parallel: {}\n"
+      "peak memory: {} of {} per device\n"
+      "bytes moved: transfers {}, all-reduces {}\n",
+      out->searcher, out->result.proposals, out->searchSeconds,
+      m.iterationTime * 1e3, s.batch / m.iterationTime, s.batch,
+      out->speedup() > 0 ? fmt::format("{:.2f}x", out->speedup())
+                         : std::string("n/a (data parallel does not fit)"),
+      formatBytes(m.peakMemory), formatBytes(m.capacity),
+      formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
+  if (!outputOpt.empty())
+    llvm::outs() << "plan: not written: plans are not implemented yet\n";
+  return llvm::Error::success();
+}
+
+static llvm::Error runCompare() {
+  auto su = setUp();
+  if (!su)
+    return su.takeError();
+  Setup &s = **su;
+  auto o = searchOptions();
+  if (!o)
+    return o.takeError();
+  o->progress = nullptr;
+  llvm::SmallVector<llvm::StringRef, 8> names;
+  llvm::StringRef(searchOpt).split(names, ',', -1, false);
+  std::vector<SearchOutcome> rows;
+  for (llvm::StringRef n : names) {
+    auto out = runSearch(s.problem(), n.trim(), *o);
+    if (!out)
+      return out.takeError();
+    rows.push_back(std::move(*out));
+  }
+  Json report = compareReport(rows);
+  if (format == OutputFormat::Json)
+    llvm::outs() << dumpJson(report);
+  else
+    printCompareTable(report, llvm::outs(), format == OutputFormat::Csv);
   return llvm::Error::success();
 }
 
 int main(int argc, char **argv) {
+  if (cl::Option *llvmThreads =
+          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
+    llvmThreads->removeArgument();
+  static cl::opt<int> threads("threads",
+                              cl::desc("Threads running the chains (the "
+                                       "result does not depend on it)"),
+                              cl::init(1), SOAP_SEARCH_CMDS,
+                              cl::cat(soapCat));
+  threadsOpt = &threads;
+  registerAllSearchers();
+  std::string searchers;
+  for (const auto &[name, info] : SearcherRegistry::instance().all())
+    searchers += fmt::format("    {:<10} {}\n", name, info.description);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "soapc 0.1.0 — strategy search for distributed DNN training\n";
   });
   cl::HideUnrelatedOptions(soapCat);
-  if (!cl::ParseCommandLineOptions(
-          argc, argv,
-          "soapc: search how to split every operator of a DNN across a GPU "
-          "cluster\n\n"
-          "  soapc dump model.onnx [--batch N] [--format table|json]\n"
-          "  soapc topo cluster.json [--format table|json]\n"
-          "  soapc cost model.onnx --topology cluster.json "
-          "[--cost-model analytic|profile|strict]\n"
-          "  soapc simulate model.onnx --topology cluster.json "
-          "[--strategy data|model|expert] [--trace trace.json]\n",
-          &llvm::errs()))
+  std::string overview =
+      "soapc: search how to split every operator of a DNN across a GPU "
+      "cluster\n\n"
+      "  soapc model.onnx --topology cluster.json [--search mcmc] "
+      "[--budget 20000|30s] [--seed N]\n"
+      "  soapc compare model.onnx --topology cluster.json --search "
+      "mcmc,data,model,expert\n"
+      "  soapc simulate model.onnx --topology cluster.json "
+      "[--strategy data|model|expert] [--trace trace.json]\n"
+      "  soapc cost model.onnx --topology cluster.json "
+      "[--cost-model analytic|profile|strict]\n"
+      "  soapc dump model.onnx [--batch N] [--format table|json]\n"
+      "  soapc topo cluster.json [--format table|json]\n\n"
+      "  searchers:\n" +
+      searchers;
+  if (!cl::ParseCommandLineOptions(argc, argv, overview, &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);
   setupLogging(quiet ? -1 : verbose ? 1 : 0);
   llvm::Error err = llvm::Error::success();
@@ -306,9 +452,13 @@ int main(int argc, char **argv) {
     err = runCost();
   else if (simulateCmd)
     err = runSimulate();
+  else if (compareCmd)
+    err = runCompare();
+  else if (!modelPath.empty())
+    err = runSearchCommand();
   else {
-    llvm::errs() << "soapc: error: no command given; try 'soapc dump "
-                    "model.onnx' or 'soapc --help'\n";
+    llvm::errs() << "soapc: error: no model given; try 'soapc model.onnx "
+                    "--topology cluster.json' or 'soapc --help'\n";
     return static_cast<int>(ExitCode::InvalidInput);
   }
   if (err)

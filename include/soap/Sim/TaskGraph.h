@@ -68,6 +68,7 @@ struct Task {
   ValueId weight = -1;  ///< the weight of a WeightGrad collective or update
   CollectiveRole role = CollectiveRole::PartialSum;
   uint32_t groupSize = 0; ///< devices in a collective
+  int32_t bufferDevice = -1; ///< a forward transfer's receiving device
   bool alive = false;
   // Filled by the simulator.
   Seconds ready = 0, start = 0, end = 0;
@@ -117,7 +118,9 @@ public:
       return weights + gradients + optimizer + saved + buffers + workspace;
     }
   };
-  std::vector<DeviceMemory> memory() const;
+  const std::vector<DeviceMemory> &memory() const { return mem_; }
+  /// Every device's memory within its capacity.
+  bool fits() const;
 
 private:
   explicit TaskGraph(const SimContext &ctx) : ctx_(&ctx) {}
@@ -163,6 +166,14 @@ private:
   std::map<ValueId, std::vector<TaskId>> weightTasks_;
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
+
+  // Memory, kept up to date as segments are built and removed.
+  void addOpMemory(OpId o, int sign);
+  std::vector<DeviceMemory> mem_;
+  /// Weight shards held per device: (weight, box, device) -> users.
+  std::map<std::tuple<ValueId, std::vector<int64_t>, DeviceId>, int>
+      shardRefs_;
+  std::vector<std::map<Bytes, int>> workspaces_; ///< per device
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
 };
 

@@ -106,6 +106,16 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
                << c.str(g->op(o).sem));
     REQUIRE(*t == ft);
     REQUIRE(timeline(*tg) == timeline(*fresh));
+    // Memory is kept incrementally; it must equal a fresh count.
+    for (DeviceId d = 0; d < topo.numDevices(); ++d) {
+      const auto &a = tg->memory()[d], &b = fresh->memory()[d];
+      REQUIRE(a.weights == b.weights);
+      REQUIRE(a.saved == b.saved);
+      REQUIRE(a.buffers == b.buffers);
+      REQUIRE(a.workspace == b.workspace);
+      REQUIRE(a.total() == b.total());
+    }
+    REQUIRE(tg->fits() == fresh->fits());
   }
 }
 

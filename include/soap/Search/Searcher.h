@@ -1,0 +1,108 @@
+// The Searcher interface and registry (STYLE.md rule 3): every searcher
+// returns a Strategy for a problem, scored by the one simulator, so
+// searchers are compared on the same work.
+#ifndef SOAP_SEARCH_SEARCHER_H
+#define SOAP_SEARCH_SEARCHER_H
+
+#include "soap/Parallel/ConfigSpace.h"
+#include "soap/Sim/Simulator.h"
+#include "llvm/Support/Error.h"
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace soap {
+
+/// What a search is about; all must outlive the search.
+struct SearchProblem {
+  const Graph &graph;
+  const Topology &topo;
+  const CostModel &cost;
+  const CollectiveModel &collectives;
+  Optimizer optimizer = Optimizer::Sgd;
+  SimContext context() const {
+    return SimContext{graph, topo, cost, collectives, optimizer};
+  }
+};
+
+/// A budget: proposals (deterministic: the same seed gives the same plan on
+/// any machine) or seconds of search (FlexFlow's; depends on the machine).
+struct Budget {
+  uint64_t proposals = 0; ///< 0 = not a proposal budget
+  double seconds = 0;     ///< 0 = not a time budget
+  /// "20000" (proposals) or "30s" / "500ms" / "2m" (time).
+  static llvm::Expected<Budget> parse(llvm::StringRef text);
+  std::string str() const;
+};
+
+struct SearchProgress {
+  Seconds best = 0;          ///< best feasible iteration time so far
+  uint64_t proposals = 0;
+  double acceptanceRate = 0;
+  double elapsedSeconds = 0;
+};
+
+/// Options every searcher reads (XLA auto_sharding_option style: a plain
+/// struct with one validate()).
+struct SearchOptions {
+  uint64_t seed = 0;
+  Budget budget{20000, 0};
+  SpaceOptions space;
+  /// Independent MCMC chains (each from every initial candidate); the best
+  /// is kept. Chains, not threads, decide the result: any --threads gives
+  /// the same plan.
+  int chains = 1;
+  int threads = 1;
+  /// FlexFlow Eq. 1's beta, per second of iteration time.
+  double beta = 0;
+  std::function<void(const SearchProgress &)> progress;
+  llvm::Error validate() const;
+};
+
+struct SearchResult {
+  Strategy strategy;
+  Seconds iterationTime = 0;
+  uint64_t proposals = 0;
+  uint64_t accepted = 0;
+};
+
+class Searcher {
+public:
+  virtual ~Searcher();
+  /// The best feasible strategy found; an error with exit code 3 when no
+  /// feasible strategy was found.
+  virtual llvm::Expected<SearchResult> search(const SearchProblem &p,
+                                              const SearchOptions &o) = 0;
+};
+
+struct SearcherInfo {
+  std::string name;
+  std::string description;
+  std::function<std::unique_ptr<Searcher>()> create;
+};
+
+class SearcherRegistry {
+public:
+  static SearcherRegistry &instance();
+  void add(SearcherInfo info);
+  const SearcherInfo *lookup(llvm::StringRef name) const;
+  const std::map<std::string, SearcherInfo> &all() const { return infos_; }
+  /// "data, expert, mcmc, model" for messages and --help.
+  std::string names() const;
+
+private:
+  std::map<std::string, SearcherInfo> infos_;
+};
+
+/// Registers every searcher; idempotent.
+void registerAllSearchers();
+
+/// Builds and simulates a strategy: (iteration time, fits in memory).
+llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
+                                                  const Strategy &s);
+
+} // namespace soap
+
+#endif // SOAP_SEARCH_SEARCHER_H

@@ -1,0 +1,256 @@
+// FlexFlow's MCMC search (section 6): Metropolis-Hastings over per-op
+// configurations, every proposal scored by delta simulation. Proposals
+// replace one random op's configuration with a random valid one, or (the
+// locality-aware proposal) with a neighbour's configuration; acceptance is
+// min(1, exp(beta * (cost(S) - cost(S*)))) (Eq. 1) on simulated iteration
+// time; strategies that do not fit in memory are never accepted. Initial
+// candidates: data parallel, expert, model parallel and a random strategy;
+// each gets an equal share of the budget and stops early after no
+// improvement for half of its share.
+#include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Search/Searcher.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Rng.h"
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace soap {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// The configuration `from` (a neighbour's) adapted to op `o`: loops are
+/// matched by class, in order (first Sample loop to first Sample loop, ...),
+/// devices copied. nullopt when the result is not a valid configuration.
+std::optional<OpConfig> adaptConfig(const OpConfig &from,
+                                    const OpSemantics &fromSem,
+                                    const OpSemantics &sem,
+                                    const ConfigSpace &space, OpId o) {
+  OpConfig c;
+  c.degree.assign(sem.loops.size(), 1);
+  c.replicas = from.replicas;
+  c.devices = from.devices;
+  std::vector<bool> used(sem.loops.size(), false);
+  for (size_t l = 0; l < fromSem.loops.size(); ++l) {
+    if (from.degree[l] == 1)
+      continue;
+    bool placed = false;
+    for (size_t k = 0; k < sem.loops.size() && !placed; ++k)
+      if (!used[k] && sem.loops[k].cls == fromSem.loops[l].cls) {
+        c.degree[k] = from.degree[l];
+        used[k] = placed = true;
+      }
+    if (!placed)
+      return std::nullopt;
+  }
+  if (!space.contains(o, c))
+    return std::nullopt;
+  return c;
+}
+
+struct ChainResult {
+  Strategy best;
+  Seconds bestTime = std::numeric_limits<double>::infinity();
+  uint64_t proposals = 0, accepted = 0;
+};
+
+class Chain {
+public:
+  Chain(const SearchProblem &p, const SearchOptions &o, const ConfigSpace &s,
+        std::vector<std::vector<OpId>> neighbours)
+      : p_(p), o_(o), space_(s), neighbours_(std::move(neighbours)) {}
+
+  llvm::Expected<ChainResult> run(const Strategy &initial, Rng rng,
+                                  uint64_t proposalBudget,
+                                  double secondsBudget) {
+    SimContext ctx = p_.context();
+    auto tg = TaskGraph::build(ctx, initial);
+    if (!tg)
+      return tg.takeError();
+    Simulator sim(*tg);
+    Seconds cur = sim.simulateFull();
+    bool curFits = tg->fits();
+    ChainResult r;
+    if (curFits) {
+      r.best = initial;
+      r.bestTime = cur;
+    }
+    // Eq. 1's beta: by default a proposal 1% slower than the current
+    // strategy is accepted with probability e^-2.
+    double beta = o_.beta > 0 ? o_.beta : 200.0 / cur;
+    const Graph &g = p_.graph;
+    auto start = Clock::now();
+    uint64_t lastImprovement = 0;
+    double lastImprovementAt = 0;
+    for (uint64_t n = 1;; ++n) {
+      double elapsed =
+          std::chrono::duration<double>(Clock::now() - start).count();
+      if (proposalBudget && n > proposalBudget)
+        break;
+      if (secondsBudget > 0 && elapsed > secondsBudget)
+        break;
+      // No improvement for half of the budget: stop (FlexFlow 6.2).
+      if (proposalBudget && n - lastImprovement > proposalBudget / 2)
+        break;
+      if (secondsBudget > 0 && elapsed - lastImprovementAt > secondsBudget / 2)
+        break;
+      OpId op = static_cast<OpId>(rng.uniform(g.numOps()));
+      OpConfig next;
+      bool local = !neighbours_[op].empty() && rng.uniform(4) == 0;
+      if (local) {
+        OpId nb = neighbours_[op][rng.uniform(neighbours_[op].size())];
+        auto a = adaptConfig(tg->strategy().configs[nb], g.op(nb).sem,
+                             g.op(op).sem, space_, op);
+        if (a)
+          next = std::move(*a);
+        else
+          local = false;
+      }
+      if (!local)
+        next = space_.sample(op, rng);
+      const OpConfig &old = tg->strategy().configs[op];
+      if (next == old)
+        continue;
+      ++r.proposals;
+      OpConfig prev = old;
+      auto t = sim.apply(op, next);
+      if (!t)
+        return t.takeError();
+      bool fits = tg->fits();
+      double u = rng.uniformReal();
+      bool accept = fits && (!curFits || *t <= cur ||
+                             u < std::exp(beta * (cur - *t)));
+      if (accept) {
+        ++r.accepted;
+        cur = *t;
+        curFits = true;
+        if (cur < r.bestTime) {
+          r.bestTime = cur;
+          r.best = tg->strategy();
+          lastImprovement = n;
+          lastImprovementAt = elapsed;
+        }
+      } else {
+        auto back = sim.apply(op, prev);
+        if (!back)
+          return back.takeError();
+      }
+      if (o_.progress && (r.proposals & 255) == 0)
+        o_.progress({r.bestTime, r.proposals,
+                     r.proposals ? double(r.accepted) / r.proposals : 0,
+                     elapsed});
+    }
+    return r;
+  }
+
+private:
+  const SearchProblem &p_;
+  const SearchOptions &o_;
+  const ConfigSpace &space_;
+  std::vector<std::vector<OpId>> neighbours_;
+};
+
+class McmcSearcher : public Searcher {
+public:
+  llvm::Expected<SearchResult> search(const SearchProblem &p,
+                                      const SearchOptions &o) override {
+    if (auto err = o.validate())
+      return llvm::Error(std::move(err));
+    const Graph &g = p.graph;
+    ConfigSpace space(g, p.topo, o.space);
+    // Producers and consumers of each op, for the locality proposal.
+    std::vector<std::vector<OpId>> neighbours(g.numOps());
+    for (const Op &op : g.ops())
+      for (ValueId v : op.inputs)
+        if (v != kNoValue && g.value(v).producer >= 0) {
+          OpId q = g.value(v).producer;
+          neighbours[op.id].push_back(q);
+          neighbours[q].push_back(op.id);
+        }
+    Rng root(o.seed, "mcmc");
+    std::vector<Strategy> initial = {dataParallel(g, p.topo),
+                                     expertStrategy(g, p.topo),
+                                     modelParallel(g, p.topo)};
+    Strategy random;
+    for (const Op &op : g.ops())
+      random.configs.push_back(space.sample(op.id, root));
+    initial.push_back(std::move(random));
+    // Jobs: every initial candidate x chain, each with its own seed; the
+    // result depends on the jobs, not on how threads run them.
+    struct Job {
+      size_t candidate;
+      int chain;
+      uint64_t seed;
+    };
+    std::vector<Job> jobs;
+    for (size_t c = 0; c < initial.size(); ++c)
+      for (int k = 0; k < o.chains; ++k)
+        jobs.push_back({c, k, root.next()});
+    uint64_t perJobProposals =
+        o.budget.proposals ? std::max<uint64_t>(1, o.budget.proposals /
+                                                       jobs.size())
+                           : 0;
+    // A time budget is shared by the jobs that run one after another.
+    double perJobSeconds =
+        o.budget.seconds > 0
+            ? o.budget.seconds * std::min<int>(o.threads, jobs.size()) /
+                  jobs.size()
+            : 0;
+    std::vector<llvm::Expected<ChainResult>> results;
+    for (size_t j = 0; j < jobs.size(); ++j)
+      results.emplace_back(ChainResult());
+    std::atomic<size_t> nextJob{0};
+    auto worker = [&] {
+      for (size_t j; (j = nextJob++) < jobs.size();) {
+        Chain chain(p, o, space, neighbours);
+        results[j] = chain.run(initial[jobs[j].candidate],
+                               Rng(jobs[j].seed, "chain"), perJobProposals,
+                               perJobSeconds);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(o.threads, jobs.size()); ++t)
+      pool.emplace_back(worker);
+    worker();
+    for (std::thread &t : pool)
+      t.join();
+    SearchResult best;
+    best.iterationTime = std::numeric_limits<double>::infinity();
+    llvm::Error firstErr = llvm::Error::success();
+    for (auto &r : results) {
+      if (!r) {
+        if (!firstErr)
+          firstErr = r.takeError();
+        else
+          llvm::consumeError(r.takeError());
+        continue;
+      }
+      best.proposals += r->proposals;
+      best.accepted += r->accepted;
+      if (r->bestTime < best.iterationTime) {
+        best.iterationTime = r->bestTime;
+        best.strategy = std::move(r->best);
+      }
+    }
+    if (firstErr)
+      return llvm::Error(std::move(firstErr));
+    if (!std::isfinite(best.iterationTime))
+      return makeError(ExitCode::Infeasible,
+                       "{}: mcmc found no strategy that fits in device memory "
+                       "({} proposals)",
+                       g.sourcePath, best.proposals);
+    return best;
+  }
+};
+
+} // namespace
+
+void registerMcmcSearcher(SearcherRegistry &r) {
+  r.add({"mcmc",
+         "FlexFlow's MCMC search over the SOAP space with delta simulation",
+         [] { return std::make_unique<McmcSearcher>(); }});
+}
+
+} // namespace soap

@@ -1,0 +1,101 @@
+// Searcher registry, budgets, options, and evaluation of a strategy.
+#include "soap/Search/Searcher.h"
+
+#include "soap/Support/Error.h"
+#include <cmath>
+
+namespace soap {
+
+Searcher::~Searcher() = default;
+
+llvm::Expected<Budget> Budget::parse(llvm::StringRef text) {
+  Budget b;
+  llvm::StringRef t = text.trim();
+  double scale = 0;
+  if (t.consume_back("ms"))
+    scale = 1e-3;
+  else if (t.consume_back("s"))
+    scale = 1;
+  else if (t.consume_back("m"))
+    scale = 60;
+  if (scale > 0) {
+    double v;
+    if (t.getAsDouble(v) || !(v > 0) || !std::isfinite(v))
+      return inputError("--budget '{}': expected a positive duration such as "
+                        "30s, 500ms or 2m, or a number of proposals",
+                        text.str());
+    b.seconds = v * scale;
+    return b;
+  }
+  uint64_t n;
+  if (t.getAsInteger(10, n) || n == 0)
+    return inputError("--budget '{}': expected a number of proposals (e.g. "
+                      "20000) or a duration (30s, 500ms, 2m)",
+                      text.str());
+  b.proposals = n;
+  return b;
+}
+
+std::string Budget::str() const {
+  if (proposals)
+    return std::to_string(proposals);
+  return fmt::format("{}s", seconds);
+}
+
+llvm::Error SearchOptions::validate() const {
+  if (!budget.proposals && !(budget.seconds > 0))
+    return inputError("the search budget must be positive");
+  if (chains < 1 || chains > 64)
+    return inputError("--chains must be between 1 and 64, got {}", chains);
+  if (threads < 1 || threads > 256)
+    return inputError("--threads must be between 1 and 256, got {}", threads);
+  if (beta < 0 || !std::isfinite(beta))
+    return inputError("--beta must be non-negative, got {}", beta);
+  return space.validate();
+}
+
+SearcherRegistry &SearcherRegistry::instance() {
+  static SearcherRegistry r;
+  return r;
+}
+
+void SearcherRegistry::add(SearcherInfo info) {
+  std::string name = info.name;
+  infos_[name] = std::move(info);
+}
+
+const SearcherInfo *SearcherRegistry::lookup(llvm::StringRef name) const {
+  auto it = infos_.find(name.str());
+  return it == infos_.end() ? nullptr : &it->second;
+}
+
+std::string SearcherRegistry::names() const {
+  std::string s;
+  for (const auto &[name, info] : infos_)
+    s += (s.empty() ? "" : ", ") + name;
+  return s;
+}
+
+llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
+                                                  const Strategy &s) {
+  SimContext ctx = p.context();
+  auto tg = TaskGraph::build(ctx, s);
+  if (!tg)
+    return tg.takeError();
+  Simulator sim(*tg);
+  Seconds t = sim.simulateFull();
+  return std::make_pair(t, tg->fits());
+}
+
+void registerBaselineSearchers(SearcherRegistry &r);
+void registerMcmcSearcher(SearcherRegistry &r);
+
+void registerAllSearchers() {
+  SearcherRegistry &r = SearcherRegistry::instance();
+  if (!r.all().empty())
+    return;
+  registerBaselineSearchers(r);
+  registerMcmcSearcher(r);
+}
+
+} // namespace soap

@@ -89,6 +89,7 @@ llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
 
 void registerBaselineSearchers(SearcherRegistry &r);
 void registerMcmcSearcher(SearcherRegistry &r);
+void registerExhaustiveSearcher(SearcherRegistry &r);
 
 void registerAllSearchers() {
   SearcherRegistry &r = SearcherRegistry::instance();
@@ -96,6 +97,7 @@ void registerAllSearchers() {
     return;
   registerBaselineSearchers(r);
   registerMcmcSearcher(r);
+  registerExhaustiveSearcher(r);
 }
 
 } // namespace soap

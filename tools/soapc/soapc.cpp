@@ -8,6 +8,7 @@
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Machine/TopologyPrinter.h"
 #include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Plan/Plan.h"
 #include "soap/Search/Driver.h"
 #include "soap/Sim/SimReport.h"
 #include "soap/Support/Error.h"
@@ -41,18 +42,26 @@ static cl::SubCommand
                 "Simulate one training iteration of a model under a "
                 "strategy: time, memory per device, bytes moved");
 static cl::SubCommand
+    checkCmd("check",
+             "Tell whether a plan still fits its model and topology (exit 4 "
+             "when not); with --research, whether a better plan exists");
+static cl::SubCommand
     compareCmd("compare",
                "Run several searchers on one model and topology under the "
                "same simulator, one row each");
 
 #define SOAP_MODEL_CMDS                                                        \
   cl::sub(dumpCmd), cl::sub(costCmd), cl::sub(simulateCmd),                    \
-      cl::sub(compareCmd), cl::sub(*cl::TopLevelSubCommand)
+      cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
 #define SOAP_MACHINE_CMDS                                                      \
   cl::sub(costCmd), cl::sub(simulateCmd), cl::sub(compareCmd),                 \
-      cl::sub(*cl::TopLevelSubCommand)
-#define SOAP_SEARCH_CMDS cl::sub(compareCmd), cl::sub(*cl::TopLevelSubCommand)
+      cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
+#define SOAP_SEARCH_CMDS                                                       \
+  cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
 
+static cl::opt<std::string> planPath(cl::Positional, cl::Required,
+                                     cl::desc("<plan.json>"),
+                                     cl::sub(checkCmd));
 static cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"),
                                       SOAP_MODEL_CMDS);
 static cl::opt<std::string> topoPath(cl::Positional, cl::Required,
@@ -109,7 +118,8 @@ static cl::opt<std::string>
                 cl::desc("The strategy to simulate: data (every op split by "
                          "sample over all devices), model (layer-wise "
                          "placement), expert (CNNs: data-parallel conv, "
-                         "parameter-parallel dense; RNNs: GNMT)"),
+                         "parameter-parallel dense; RNNs: GNMT), or a plan "
+                         "file (*.json) written by a search"),
                 cl::init("data"), cl::sub(simulateCmd), cl::cat(soapCat));
 static cl::opt<std::string>
     traceOpt("trace",
@@ -152,6 +162,18 @@ static cl::opt<std::string> outputOpt("o", cl::desc("Write the plan here"),
                                       cl::value_desc("plan.json"),
                                       cl::sub(*cl::TopLevelSubCommand),
                                       cl::cat(soapCat));
+
+static cl::opt<bool>
+    researchOpt("research",
+                cl::desc("Also search again (with the plan's searcher, seed, "
+                         "budget and space) and fail when a plan better by "
+                         "more than --tolerance exists"),
+                cl::init(false), cl::sub(checkCmd), cl::cat(soapCat));
+static cl::opt<std::string>
+    toleranceOpt("tolerance",
+                 cl::desc("How much better a new plan must be to fail "
+                          "--research (default 2%)"),
+                 cl::init("2%"), cl::sub(checkCmd), cl::cat(soapCat));
 
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
@@ -304,7 +326,15 @@ static llvm::Error runSimulate() {
   if (!su)
     return su.takeError();
   Setup &s = **su;
-  auto strategy = builtinStrategy(strategyOpt, *s.graph, *s.topo);
+  llvm::Expected<Strategy> strategy =
+      llvm::StringRef(strategyOpt).endswith(".json")
+          ? [&]() -> llvm::Expected<Strategy> {
+              auto plan = readPlan(strategyOpt);
+              if (!plan)
+                return plan.takeError();
+              return planStrategy(*plan, *s.graph, *s.topo, strategyOpt);
+            }()
+          : builtinStrategy(strategyOpt, *s.graph, *s.topo);
   if (!strategy)
     return strategy.takeError();
   SimContext ctx = s.problem().context();
@@ -376,9 +406,119 @@ static llvm::Error runSearchCommand() {
                          : std::string("n/a (data parallel does not fit)"),
       formatBytes(m.peakMemory), formatBytes(m.capacity),
       formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
-  if (!outputOpt.empty())
-    llvm::outs() << "plan: not written: plans are not implemented yet\n";
+  if (!outputOpt.empty()) {
+    auto modelSha = sha256File(modelPath);
+    if (!modelSha)
+      return modelSha.takeError();
+    auto topoSha = sha256File(topologyOpt);
+    if (!topoSha)
+      return topoSha.takeError();
+    PlanInputs in;
+    in.modelPath = modelPath;
+    in.modelSha256 = *modelSha;
+    in.batch = s.batch;
+    in.topologyPath = topologyOpt;
+    in.topologySha256 = *topoSha;
+    in.searcher = out->searcher;
+    in.seed = o->seed;
+    in.budget = budgetOpt;
+    in.space = spaceOpt;
+    in.costModel = costModelOpt;
+    in.optimizer = optimizerOpt;
+    Plan plan = makePlan(*s.graph, *s.topo, out->result.strategy, in,
+                         planFigures(m, s.batch, out->dataParallelTime));
+    if (auto err = writePlan(plan, outputOpt))
+      return err;
+    if (outputOpt != "-")
+      llvm::outs() << "plan: " << outputOpt << "\n";
+  }
   return llvm::Error::success();
+}
+
+/// soapc check: exit 0 while the plan fits its model and topology; exit 4
+/// naming every change; with --research, exit 4 too when a search with the
+/// plan's settings finds a plan faster by more than --tolerance.
+static llvm::Error runCheck() {
+  auto plan = readPlan(planPath);
+  if (!plan)
+    return plan.takeError();
+  // The plan's recorded inputs unless given again.
+  if (modelPath.empty())
+    modelPath = plan->inputs.modelPath;
+  if (topologyOpt.empty())
+    topologyOpt = plan->inputs.topologyPath;
+  if (!batch.getNumOccurrences())
+    batch = plan->inputs.batch;
+  if (!costModelOpt.getNumOccurrences())
+    costModelOpt = plan->inputs.costModel;
+  if (!optimizerOpt.getNumOccurrences())
+    optimizerOpt = plan->inputs.optimizer;
+  auto modelSha = sha256File(modelPath);
+  if (!modelSha)
+    return modelSha.takeError();
+  auto topoSha = sha256File(topologyOpt);
+  if (!topoSha)
+    return topoSha.takeError();
+  auto su = setUp();
+  if (!su)
+    return su.takeError();
+  Setup &s = **su;
+  std::optional<SimMetrics> metrics;
+  auto strategy = planStrategy(*plan, *s.graph, *s.topo, planPath);
+  if (strategy) {
+    auto m = strategyMetrics(s.problem(), *strategy);
+    if (!m)
+      return m.takeError();
+    metrics = *m;
+  } else {
+    llvm::consumeError(strategy.takeError());
+  }
+  std::vector<CheckFinding> findings =
+      checkPlan(*plan, *modelSha, *topoSha, s.batch, *s.graph, *s.topo,
+                metrics ? &*metrics : nullptr);
+  if (findings.empty() && researchOpt) {
+    llvm::StringRef tol = llvm::StringRef(toleranceOpt).trim();
+    bool percent = tol.consume_back("%");
+    double t;
+    if (tol.getAsDouble(t) || t < 0 || !std::isfinite(t))
+      return inputError("--tolerance '{}': expected a non-negative number or "
+                        "percentage such as 2%",
+                        toleranceOpt.getValue());
+    if (percent)
+      t /= 100;
+    SearchOptions o;
+    auto b = Budget::parse(plan->inputs.budget);
+    if (!b)
+      return b.takeError();
+    o.budget = *b;
+    o.seed = plan->inputs.seed;
+    auto space = parseSpaceKind(plan->inputs.space);
+    if (!space)
+      return inputError("{}: /search/space: unknown space '{}'", planPath,
+                        plan->inputs.space);
+    o.space.kind = *space;
+    o.threads = *threadsOpt;
+    auto again = runSearch(s.problem(), plan->inputs.searcher, o);
+    if (!again)
+      return again.takeError();
+    double planned = metrics->iterationTime;
+    double found = again->metrics.iterationTime;
+    if (found < planned * (1 - t))
+      findings.push_back(
+          {fmt::format("a better plan exists: {} finds {:.3f} ms, the plan "
+                       "predicts {:.3f} ms ({:.1f}% faster, tolerance {})",
+                       plan->inputs.searcher, found * 1e3, planned * 1e3,
+                       100 * (1 - found / planned), toleranceOpt.getValue())});
+  }
+  if (findings.empty()) {
+    llvm::outs() << planPath << ": fresh: the plan fits " << modelPath
+                 << " and " << topologyOpt << "\n";
+    return llvm::Error::success();
+  }
+  std::string msg = fmt::format("{}: the plan is stale:", planPath.getValue());
+  for (const CheckFinding &f : findings)
+    msg += "\n  " + f.what;
+  return makeError(ExitCode::Stale, "{}", msg);
 }
 
 static llvm::Error runCompare() {
@@ -429,11 +569,13 @@ int main(int argc, char **argv) {
       "soapc: search how to split every operator of a DNN across a GPU "
       "cluster\n\n"
       "  soapc model.onnx --topology cluster.json [--search mcmc] "
-      "[--budget 20000|30s] [--seed N]\n"
+      "[--budget 20000|30s] [--seed N] [-o plan.json]\n"
       "  soapc compare model.onnx --topology cluster.json --search "
       "mcmc,data,model,expert\n"
+      "  soapc check plan.json [model.onnx] [--topology cluster.json] "
+      "[--research --tolerance 2%]\n"
       "  soapc simulate model.onnx --topology cluster.json "
-      "[--strategy data|model|expert] [--trace trace.json]\n"
+      "[--strategy data|model|expert|plan.json] [--trace trace.json]\n"
       "  soapc cost model.onnx --topology cluster.json "
       "[--cost-model analytic|profile|strict]\n"
       "  soapc dump model.onnx [--batch N] [--format table|json]\n"
@@ -454,6 +596,8 @@ int main(int argc, char **argv) {
     err = runSimulate();
   else if (compareCmd)
     err = runCompare();
+  else if (checkCmd)
+    err = runCheck();
   else if (!modelPath.empty())
     err = runSearchCommand();
   else {

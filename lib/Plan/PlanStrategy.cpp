@@ -1,0 +1,155 @@
+// From a plan back to a strategy for a graph and topology (soapc simulate
+// --plan, soap-run), and `soapc check`'s comparison of a plan with the model
+// and topology as they are now. Both match ops by name, not by position, so
+// the checks can say which op no longer fits.
+#include "soap/Plan/Plan.h"
+
+#include "soap/Support/Error.h"
+#include <fmt/format.h>
+#include <functional>
+
+namespace soap {
+
+namespace {
+
+std::string loopNames(const OpSemantics &sem) {
+  std::string s;
+  for (const LoopDim &l : sem.loops)
+    s += (s.empty() ? "" : ", ") + l.name;
+  return s.empty() ? "none" : s;
+}
+
+/// Builds op `op`'s configuration from `po` (whose name and kind match) and
+/// verifies it. `where(suffix)` gives the prefix of an error message for
+/// the plan's JSON pointer suffix ("/loops/oc", "/devices/3", "" for the op).
+llvm::Expected<OpConfig>
+opConfig(const PlanOp &po, const Op &op, const Topology &topo,
+         const std::function<std::string(const std::string &)> &where) {
+  OpConfig c;
+  c.degree.assign(op.sem.loops.size(), 1);
+  for (const auto &[name, degree] : po.loops) {
+    size_t l = 0;
+    while (l < op.sem.loops.size() && op.sem.loops[l].name != name)
+      ++l;
+    if (l == op.sem.loops.size())
+      return inputError("{}: no loop '{}' (the op's loops: {})",
+                        where(jsonPointer("/loops", name)), name,
+                        loopNames(op.sem));
+    c.degree[l] = degree;
+  }
+  c.replicas = po.replicas;
+  c.devices = po.devices;
+  // Checked here rather than left to verifyConfig so the message can point
+  // at the offending entry.
+  for (size_t k = 0; k < c.devices.size(); ++k)
+    if (c.devices[k] >= topo.numDevices())
+      return inputError("{}: device {} is not in topology '{}' ({} devices)",
+                        where(jsonPointer("/devices", k)), c.devices[k],
+                        topo.name(), topo.numDevices());
+  if (auto err = verifyConfig(c, op.sem, topo.numDevices(), where("")))
+    return err;
+  return c;
+}
+
+} // namespace
+
+llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
+                                      const Topology &topo,
+                                      llvm::StringRef planPath) {
+  Strategy s;
+  s.configs.resize(g.numOps());
+  std::vector<bool> configured(g.numOps(), false);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const PlanOp &po = p.ops[i];
+    std::string ptr = jsonPointer("/ops", i);
+    OpId id = g.findOp(po.name);
+    if (id < 0)
+      return inputError("{}: {}: op '{}' is not in the model {}; a plan for "
+                        "another model?",
+                        planPath.str(), jsonPointer(ptr, "op"), po.name,
+                        g.sourcePath);
+    const Op &op = g.op(id);
+    if (op.kind != po.kind)
+      return inputError("{}: {}: op '{}' is {} in the model, {} in the plan",
+                        planPath.str(), jsonPointer(ptr, "kind"), po.name,
+                        op.kind, po.kind);
+    if (configured[id])
+      return inputError("{}: {}: op '{}' appears twice", planPath.str(),
+                        jsonPointer(ptr, "op"), po.name);
+    auto c = opConfig(po, op, topo, [&](const std::string &suffix) {
+      return fmt::format("{}: {}{}: op '{}'", planPath.str(), ptr, suffix,
+                         po.name);
+    });
+    if (!c)
+      return c.takeError();
+    s.configs[id] = std::move(*c);
+    configured[id] = true;
+  }
+  for (const Op &op : g.ops())
+    if (!configured[op.id])
+      return inputError("{}: /ops: op '{}' ({}) of the model {} is missing "
+                        "from the plan",
+                        planPath.str(), op.name, op.kind, g.sourcePath);
+  return s;
+}
+
+std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
+                                    llvm::StringRef topologySha256,
+                                    int64_t batch, const Graph &g,
+                                    const Topology &topo,
+                                    const SimMetrics *resimulated) {
+  std::vector<CheckFinding> out;
+  auto add = [&](std::string what) { out.push_back({std::move(what)}); };
+  if (p.inputs.modelSha256 != modelSha256)
+    add(fmt::format("model {} changed: SHA-256 {} in the plan, {} now",
+                    p.inputs.modelPath, p.inputs.modelSha256,
+                    modelSha256.str()));
+  if (p.inputs.topologySha256 != topologySha256)
+    add(fmt::format("topology {} changed: SHA-256 {} in the plan, {} now",
+                    p.inputs.topologyPath, p.inputs.topologySha256,
+                    topologySha256.str()));
+  if (p.inputs.batch != batch)
+    add(fmt::format("batch changed: {} in the plan, {} now", p.inputs.batch,
+                    batch));
+
+  std::vector<bool> inPlan(g.numOps(), false);
+  for (const PlanOp &po : p.ops) {
+    OpId id = g.findOp(po.name);
+    if (id < 0) {
+      add(fmt::format("op '{}' ({}) of the plan is not in the model", po.name,
+                      po.kind));
+      continue;
+    }
+    inPlan[id] = true;
+    const Op &op = g.op(id);
+    if (op.kind != po.kind) {
+      add(fmt::format("op '{}' changed kind: {} in the plan, {} in the model",
+                      po.name, po.kind, op.kind));
+      continue;
+    }
+    auto c = opConfig(po, op, topo, [&](const std::string &) {
+      return fmt::format("op '{}'", po.name);
+    });
+    if (!c)
+      add(errorMessage(c.takeError()));
+  }
+  for (const Op &op : g.ops())
+    if (!inPlan[op.id])
+      add(fmt::format("op '{}' ({}) of the model is not in the plan", op.name,
+                      op.kind));
+
+  if (resimulated && !resimulated->fits) {
+    const SimMetrics &m = *resimulated;
+    // A plan written with fits=false never fitted; say so rather than
+    // "no longer".
+    add(fmt::format(
+        "memory {}: device {} ({}) needs {} bytes, capacity {}",
+        p.figures.fits ? "no longer fits" : "does not fit", m.peakDevice,
+        m.peakDevice < topo.numDevices() ? topo.deviceName(m.peakDevice)
+                                         : std::string("?"),
+        m.peakMemory, m.capacity));
+  }
+  return out;
+}
+
+} // namespace soap

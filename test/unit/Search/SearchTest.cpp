@@ -1,0 +1,105 @@
+// Searchers: mcmc is never slower than the baselines it starts from, its
+// result does not depend on the thread count, budgets parse, the registry
+// names unknown searchers.
+#include "soap/Import/OnnxImporter.h"
+#include "soap/Machine/TopologyLoader.h"
+#include "soap/Search/Driver.h"
+#include "soap/Support/Error.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+
+namespace {
+struct Fixture {
+  std::unique_ptr<Graph> graph;
+  Topology topo;
+  std::unique_ptr<CostModel> cost;
+  std::unique_ptr<CollectiveModel> coll;
+  SearchProblem problem() const { return {*graph, topo, *cost, *coll}; }
+};
+
+Fixture fixture(const std::string &model, const std::string &topoName,
+                int64_t batch) {
+  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) +
+                        "/examples/topologies/" + topoName + ".json");
+  if (!t)
+    FAIL(errorMessage(t.takeError()));
+  ImportOptions opts;
+  opts.batch = batch;
+  auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +
+                          model + ".onnx",
+                      opts);
+  if (!g)
+    FAIL(errorMessage(g.takeError()));
+  Fixture f{std::move(*g), std::move(*t), nullptr, nullptr};
+  f.cost = std::make_unique<CostModel>(f.topo.deviceSpec(), nullptr,
+                                       CostMode::Analytic);
+  f.coll = std::make_unique<CollectiveModel>(f.topo);
+  return f;
+}
+} // namespace
+
+TEST_CASE("budgets parse as proposals or durations", "[Search]") {
+  auto a = Budget::parse("20000");
+  REQUIRE(static_cast<bool>(a));
+  CHECK(a->proposals == 20000);
+  auto b = Budget::parse("30s");
+  REQUIRE(static_cast<bool>(b));
+  CHECK(b->seconds == 30);
+  auto c = Budget::parse("500ms");
+  REQUIRE(static_cast<bool>(c));
+  CHECK(c->seconds == Approx(0.5));
+  auto d = Budget::parse("soon");
+  REQUIRE_FALSE(static_cast<bool>(d));
+  CHECK(errorMessage(d.takeError()).find("--budget 'soon'") == 0);
+}
+
+TEST_CASE("mcmc is never slower than data, model or expert", "[Search]") {
+  for (const char *model : {"lenet", "alexnet", "rnntc"}) {
+    Fixture f = fixture(model, "p100-4x4", 256);
+    SearchOptions o;
+    o.budget.proposals = 800;
+    auto mc = runSearch(f.problem(), "mcmc", o);
+    if (!mc)
+      FAIL(errorMessage(mc.takeError()));
+    for (const char *base : {"data", "model", "expert"}) {
+      auto b = runSearch(f.problem(), base, o);
+      if (!b) { // a baseline that does not fit is no bar
+        llvm::consumeError(b.takeError());
+        continue;
+      }
+      INFO(model << " vs " << base);
+      CHECK(mc->metrics.iterationTime <= b->metrics.iterationTime);
+    }
+    CHECK(mc->metrics.fits);
+  }
+}
+
+TEST_CASE("the thread count does not change mcmc's result", "[Search]") {
+  Fixture f = fixture("lenet", "dgx-h100-1", 128);
+  SearchOptions o;
+  o.budget.proposals = 1200;
+  o.chains = 2;
+  o.seed = 42;
+  o.threads = 1;
+  auto one = runSearch(f.problem(), "mcmc", o);
+  o.threads = 2;
+  auto two = runSearch(f.problem(), "mcmc", o);
+  REQUIRE(static_cast<bool>(one));
+  REQUIRE(static_cast<bool>(two));
+  CHECK(one->result.strategy == two->result.strategy);
+  CHECK(one->metrics.iterationTime == two->metrics.iterationTime);
+  o.seed = 43;
+  auto other = runSearch(f.problem(), "mcmc", o);
+  REQUIRE(static_cast<bool>(other));
+}
+
+TEST_CASE("unknown searchers are named with the registered ones",
+          "[Search]") {
+  Fixture f = fixture("lenet", "dgx-h100-1", 64);
+  auto r = runSearch(f.problem(), "annealing", SearchOptions());
+  REQUIRE_FALSE(static_cast<bool>(r));
+  CHECK(errorMessage(r.takeError()) ==
+        "unknown searcher 'annealing'; the searchers are: data, exhaustive, "
+        "expert, mcmc, model");
+}

@@ -90,6 +90,7 @@ llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
 void registerBaselineSearchers(SearcherRegistry &r);
 void registerMcmcSearcher(SearcherRegistry &r);
 void registerExhaustiveSearcher(SearcherRegistry &r);
+void registerKCutsSearcher(SearcherRegistry &r);
 
 void registerAllSearchers() {
   SearcherRegistry &r = SearcherRegistry::instance();
@@ -98,6 +99,7 @@ void registerAllSearchers() {
   registerBaselineSearchers(r);
   registerMcmcSearcher(r);
   registerExhaustiveSearcher(r);
+  registerKCutsSearcher(r);
 }
 
 } // namespace soap

@@ -3,6 +3,7 @@
 // strategies follow "one weird trick" for CNNs and GNMT for RNNs, and every
 // strategy verifies.
 #include "soap/Parallel/BuiltinStrategies.h"
+#include "../TestInputs.h"
 
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
@@ -12,27 +13,11 @@
 #include <set>
 
 using namespace soap;
+using namespace soap::test;
 
 namespace {
 
-std::unique_ptr<Graph> zooModel(const std::string &name, int64_t batch) {
-  ImportOptions opts;
-  opts.batch = batch;
-  auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +
-                          name + ".onnx",
-                      opts);
-  if (!g)
-    FAIL(errorMessage(g.takeError()));
-  return std::move(*g);
-}
 
-Topology exampleTopology(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
 
 void requireValid(const Strategy &s, const Graph &g, const Topology &topo) {
   if (llvm::Error err = verifyStrategy(s, g, topo))

@@ -4,6 +4,7 @@
 // plus offsets without duplicates, and sampling is a deterministic draw
 // from the enumerated set that reaches every shape.
 #include "soap/Parallel/ConfigSpace.h"
+#include "../TestInputs.h"
 
 #include "../IR/TestGraphs.h"
 #include "soap/Import/OnnxImporter.h"
@@ -16,24 +17,7 @@ using namespace soap::test;
 
 namespace {
 
-std::unique_ptr<Graph> zooModel(const std::string &name, int64_t batch = 64) {
-  ImportOptions opts;
-  opts.batch = batch;
-  auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +
-                          name + ".onnx",
-                      opts);
-  if (!g)
-    FAIL(errorMessage(g.takeError()));
-  return std::move(*g);
-}
 
-Topology exampleTopology(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
 
 /// 2 nodes x 2 P100s: 4 devices in a two-level hierarchy.
 Topology fourDevices() {

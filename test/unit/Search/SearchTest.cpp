@@ -101,5 +101,5 @@ TEST_CASE("unknown searchers are named with the registered ones",
   REQUIRE_FALSE(static_cast<bool>(r));
   CHECK(errorMessage(r.takeError()) ==
         "unknown searcher 'annealing'; the searchers are: data, exhaustive, "
-        "expert, mcmc, model");
+        "expert, kcuts, mcmc, model");
 }

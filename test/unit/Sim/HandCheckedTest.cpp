@@ -2,6 +2,7 @@
 // parallelism, and SOYBEAN section 2.2's MLP under data and model
 // parallelism.
 #include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
 
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Sim/Simulator.h"
@@ -11,13 +12,6 @@ using namespace soap;
 using namespace soap::test;
 
 namespace {
-Topology topology(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) +
-                        "/examples/topologies/" + name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
 
 const Task *find(const TaskGraph &tg, TaskKind kind, OpId op) {
   for (const Task &t : tg.tasks())
@@ -45,7 +39,7 @@ TEST_CASE("FlexFlow Figure 4: a 3-layer RNN, one layer per GPU", "[Sim]") {
     cPrev = cell[1];
   }
   requireOk(b.g.computeSemantics());
-  Topology topo = topology("dgx-h100-1");
+  Topology topo = exampleTopology("dgx-h100-1");
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
@@ -90,7 +84,7 @@ TEST_CASE("SOYBEAN's MLP under data and model parallelism", "[Sim]") {
   for (int l = 0; l < 5; ++l)
     x = b.op("MatMul", {x, b.weight({300, 300})}, {{400, 300}})[0];
   requireOk(b.g.computeSemantics());
-  Topology topo = topology("p100-4x4");
+  Topology topo = exampleTopology("p100-4x4");
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};

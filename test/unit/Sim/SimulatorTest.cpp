@@ -1,6 +1,7 @@
 // The simulator: delta simulation gives exactly the timeline of a full
 // simulation after random single-op changes; hand-checked task graphs.
 #include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
 
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
@@ -13,24 +14,7 @@ using namespace soap::test;
 
 namespace {
 
-std::unique_ptr<Graph> zoo(const std::string &name, int64_t batch) {
-  ImportOptions opts;
-  opts.batch = batch;
-  auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +
-                          name + ".onnx",
-                      opts);
-  if (!g)
-    FAIL(errorMessage(g.takeError()));
-  return std::move(*g);
-}
 
-Topology topology(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) +
-                        "/examples/topologies/" + name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
 
 /// A random legal configuration: a few loops split by divisors, tiles on a
 /// random contiguous run of devices (independent of lib/Parallel's space).
@@ -76,8 +60,8 @@ timeline(const TaskGraph &tg) {
 
 void deltaEqualsFull(const std::string &model, int64_t batch,
                      const std::string &topoName, int steps, uint64_t seed) {
-  auto g = zoo(model, batch);
-  Topology topo = topology(topoName);
+  auto g = zooModel(model, batch);
+  Topology topo = exampleTopology(topoName);
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{*g, topo, cost, coll, Optimizer::Sgd};
@@ -160,7 +144,7 @@ TEST_CASE("a matmul split on two devices moves the exact bytes", "[Sim]") {
   auto y = b.op("MatMul", {x, b.weight({4, 6})}, {{8, 6}});
   b.op("Relu", {y[0]}, {{8, 6}});
   requireOk(b.g.computeSemantics());
-  Topology topo = topology("dgx-h100-1");
+  Topology topo = exampleTopology("dgx-h100-1");
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};

@@ -60,10 +60,33 @@ llvm::Expected<SearchOutcome> runSearch(const SearchProblem &p,
   return out;
 }
 
+llvm::Expected<SearchOutcome> runSearchForCompare(const SearchProblem &p,
+                                                  llvm::StringRef searcher,
+                                                  const SearchOptions &o) {
+  auto out = runSearch(p, searcher, o);
+  if (out)
+    return out;
+  SearchOutcome row;
+  row.searcher = searcher.str();
+  llvm::Error rest = llvm::handleErrors(
+      out.takeError(), [&](const SoapError &e) -> llvm::Error {
+        if (e.code() != ExitCode::Infeasible)
+          return llvm::make_error<SoapError>(e.code(), e.text());
+        row.infeasible = e.text();
+        return llvm::Error::success();
+      });
+  if (rest)
+    return llvm::Error(std::move(rest));
+  return row;
+}
+
 Json compareReport(const std::vector<SearchOutcome> &rows) {
   Json arr = Json::array();
   for (const SearchOutcome &o : rows)
-    arr.push_back({{"searcher", o.searcher},
+    if (!o.infeasible.empty())
+      arr.push_back({{"searcher", o.searcher}, {"infeasible", o.infeasible}});
+    else
+      arr.push_back({{"searcher", o.searcher},
                    {"iteration_s", o.metrics.iterationTime},
                    {"speedup_over_data", o.speedup()},
                    {"peak_memory_bytes", o.metrics.peakMemory},
@@ -79,6 +102,11 @@ void printCompareTable(const Json &report, llvm::raw_ostream &os, bool csv) {
            "all-reduces", "proposals", "search s"},
           {false, true, true, true, true, true, true, true});
   for (const Json &r : report["rows"]) {
+    if (r.contains("infeasible")) {
+      t.addRow({r["searcher"].get<std::string>(), "does not fit", "", "", "",
+                "", "", ""});
+      continue;
+    }
     double sp = r["speedup_over_data"].get<double>();
     t.addRow({r["searcher"].get<std::string>(),
               fmt::format("{:.3f}", r["iteration_s"].get<double>() * 1e3),

@@ -534,7 +534,7 @@ static llvm::Error runCompare() {
   llvm::StringRef(searchOpt).split(names, ',', -1, false);
   std::vector<SearchOutcome> rows;
   for (llvm::StringRef n : names) {
-    auto out = runSearch(s.problem(), n.trim(), *o);
+    auto out = runSearchForCompare(s.problem(), n.trim(), *o);
     if (!out)
       return out.takeError();
     rows.push_back(std::move(*out));

@@ -17,6 +17,9 @@ struct SearchOutcome {
   /// does not fit in memory.
   Seconds dataParallelTime = 0;
   double searchSeconds = 0; ///< wall time of the search (not in plans)
+  /// Set when the searcher found nothing that fits in memory (compare
+  /// shows the row instead of stopping); the rest is then empty.
+  std::string infeasible;
   double speedup() const {
     return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime
                                 : 0;
@@ -26,6 +29,11 @@ struct SearchOutcome {
 llvm::Expected<SearchOutcome> runSearch(const SearchProblem &p,
                                         llvm::StringRef searcher,
                                         const SearchOptions &o);
+/// As runSearch, but a searcher that finds nothing feasible gives an
+/// outcome with `infeasible` set instead of an error.
+llvm::Expected<SearchOutcome> runSearchForCompare(const SearchProblem &p,
+                                                  llvm::StringRef searcher,
+                                                  const SearchOptions &o);
 
 /// Metrics of a given strategy (simulate a plan).
 llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,

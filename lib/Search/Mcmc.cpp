@@ -50,6 +50,13 @@ std::optional<OpConfig> adaptConfig(const OpConfig &from,
   return c;
 }
 
+Bytes peakMemory(const TaskGraph &tg) {
+  Bytes peak = 0;
+  for (const auto &m : tg.memory())
+    peak = std::max(peak, m.total());
+  return peak;
+}
+
 struct ChainResult {
   Strategy best;
   Seconds bestTime = std::numeric_limits<double>::infinity();
@@ -72,6 +79,7 @@ public:
     Simulator sim(*tg);
     Seconds cur = sim.simulateFull();
     bool curFits = tg->fits();
+    Bytes curPeak = peakMemory(*tg);
     ChainResult r;
     if (curFits) {
       r.best = initial;
@@ -119,14 +127,23 @@ public:
       if (!t)
         return t.takeError();
       bool fits = tg->fits();
+      Bytes peak = peakMemory(*tg);
       double u = rng.uniformReal();
-      bool accept = fits && (!curFits || *t <= cur ||
-                             u < std::exp(beta * (cur - *t)));
+      // While the current strategy does not fit, walk towards one that
+      // does: accept what lowers the peak memory (or fits).
+      bool accept = curFits ? fits && (*t <= cur ||
+                                       u < std::exp(beta * (cur - *t)))
+                            : fits || peak < curPeak;
       if (accept) {
         ++r.accepted;
         cur = *t;
-        curFits = true;
-        if (cur < r.bestTime) {
+        curFits = fits;
+        curPeak = peak;
+        if (!fits) {
+          // Progress towards feasibility counts as improvement.
+          lastImprovement = n;
+          lastImprovementAt = elapsed;
+        } else if (cur < r.bestTime) {
           r.bestTime = cur;
           r.best = tg->strategy();
           lastImprovement = n;

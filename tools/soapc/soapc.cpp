@@ -130,8 +130,8 @@ static cl::opt<std::string>
 
 static cl::opt<std::string> searchOpt(
     "search",
-    cl::desc("Searcher (comma-separated list for compare); see --help-list "
-             "for the registered searchers"),
+    cl::desc("Searcher (a comma-separated list for compare); the searchers "
+             "are listed above"),
     cl::init("mcmc"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
 static cl::opt<std::string> budgetOpt(
     "budget",

@@ -13,7 +13,8 @@ namespace soap {
 
 bool PlanInputs::operator==(const PlanInputs &o) const {
   return modelPath == o.modelPath && modelSha256 == o.modelSha256 &&
-         batch == o.batch && topologyPath == o.topologyPath &&
+         batch == o.batch && unrollRnn == o.unrollRnn &&
+         appendLoss == o.appendLoss && topologyPath == o.topologyPath &&
          topologySha256 == o.topologySha256 && searcher == o.searcher &&
          seed == o.seed && budget == o.budget && space == o.space &&
          costModel == o.costModel && optimizer == o.optimizer;
@@ -91,6 +92,8 @@ Json planToJson(const Plan &p) {
   j["model"] = {{"path", p.inputs.modelPath},
                 {"sha256", p.inputs.modelSha256},
                 {"batch", p.inputs.batch},
+                {"unroll_rnn", p.inputs.unrollRnn},
+                {"append_loss", p.inputs.appendLoss},
                 {"ops", p.numOps}};
   j["topology"] = {{"path", p.inputs.topologyPath},
                    {"sha256", p.inputs.topologySha256},
@@ -237,8 +240,19 @@ llvm::Expected<std::string> PlanParser::sha256(const Json &obj,
 
 llvm::Error PlanParser::parseModel(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(m, r_.object(j, "", "model"));
-  if (auto err = knownKeys(*m, "/model", {"path", "sha256", "batch", "ops"}))
+  if (auto err = knownKeys(*m, "/model",
+                           {"path", "sha256", "batch", "ops", "unroll_rnn",
+                            "append_loss"}))
     return err;
+  for (auto [key, field] : {std::pair{"unroll_rnn", &p.inputs.unrollRnn},
+                            {"append_loss", &p.inputs.appendLoss}}) {
+    if (!m->contains(key))
+      continue;
+    const Json &v = m->at(key);
+    if (!v.is_boolean())
+      return r_.error(jsonPointer("/model", key), "expected a boolean");
+    *field = v.get<bool>();
+  }
   SOAP_PLAN_TRY(path, r_.string(*m, "/model", "path"));
   SOAP_PLAN_TRY(sha, sha256(*m, "/model"));
   SOAP_PLAN_TRY(batch, r_.integer(*m, "/model", "batch", 1));

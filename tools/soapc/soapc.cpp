@@ -417,6 +417,8 @@ static llvm::Error runSearchCommand() {
     in.modelPath = modelPath;
     in.modelSha256 = *modelSha;
     in.batch = s.batch;
+    in.unrollRnn = unrollRnn;
+    in.appendLoss = !noLoss;
     in.topologyPath = topologyOpt;
     in.topologySha256 = *topoSha;
     in.searcher = out->searcher;
@@ -449,6 +451,10 @@ static llvm::Error runCheck() {
     topologyOpt = plan->inputs.topologyPath;
   if (!batch.getNumOccurrences())
     batch = plan->inputs.batch;
+  if (!unrollRnn.getNumOccurrences())
+    unrollRnn = plan->inputs.unrollRnn;
+  if (!noLoss.getNumOccurrences())
+    noLoss = !plan->inputs.appendLoss;
   if (!costModelOpt.getNumOccurrences())
     costModelOpt = plan->inputs.costModel;
   if (!optimizerOpt.getNumOccurrences())

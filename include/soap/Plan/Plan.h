@@ -26,6 +26,9 @@ namespace soap {
 struct PlanInputs {
   std::string modelPath, modelSha256;
   int64_t batch = 0;
+  /// How the model was imported: LSTMs unrolled, a loss appended.
+  bool unrollRnn = false;
+  bool appendLoss = true;
   std::string topologyPath, topologySha256;
   std::string searcher;
   uint64_t seed = 0;

@@ -322,19 +322,25 @@ static llvm::Error runCost() {
 }
 
 static llvm::Error runSimulate() {
+  // A plan says how its model was imported; flags given again win.
+  std::optional<Plan> plan;
+  if (llvm::StringRef(strategyOpt).endswith(".json")) {
+    auto p = readPlan(strategyOpt);
+    if (!p)
+      return p.takeError();
+    plan = std::move(*p);
+    if (!unrollRnn.getNumOccurrences())
+      unrollRnn = plan->inputs.unrollRnn;
+    if (!noLoss.getNumOccurrences())
+      noLoss = !plan->inputs.appendLoss;
+  }
   auto su = setUp();
   if (!su)
     return su.takeError();
   Setup &s = **su;
   llvm::Expected<Strategy> strategy =
-      llvm::StringRef(strategyOpt).endswith(".json")
-          ? [&]() -> llvm::Expected<Strategy> {
-              auto plan = readPlan(strategyOpt);
-              if (!plan)
-                return plan.takeError();
-              return planStrategy(*plan, *s.graph, *s.topo, strategyOpt);
-            }()
-          : builtinStrategy(strategyOpt, *s.graph, *s.topo);
+      plan ? planStrategy(*plan, *s.graph, *s.topo, strategyOpt)
+           : builtinStrategy(strategyOpt, *s.graph, *s.topo);
   if (!strategy)
     return strategy.takeError();
   SimContext ctx = s.problem().context();

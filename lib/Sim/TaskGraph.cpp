@@ -187,6 +187,18 @@ static std::vector<int64_t> groupTiles(const OpConfig &c,
   return group;
 }
 
+/// The distinct devices, ascending, that run any replica of `tiles`.
+static std::vector<DeviceId> devicesOf(const OpConfig &c,
+                                       const std::vector<int64_t> &tiles) {
+  std::vector<DeviceId> devs;
+  for (int64_t k : tiles)
+    for (int32_t r = 0; r < c.replicas; ++r)
+      devs.push_back(c.device(k, r));
+  std::sort(devs.begin(), devs.end());
+  devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+  return devs;
+}
+
 llvm::Error TaskGraph::buildOp(OpId o) {
   const Op &op = ctx_->graph.op(o);
   const OpConfig &c = strategy_.configs[o];
@@ -249,12 +261,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         for (size_t l = 0; l < op.sem.loops.size(); ++l)
           if (!op.sem.loops[l].statReduced)
             rows *= box.hi[l] - box.lo[l];
-        std::vector<DeviceId> devs;
-        for (int64_t k : members[gi])
-          for (int32_t r = 0; r < reps; ++r)
-            devs.push_back(c.device(k, r));
-        std::sort(devs.begin(), devs.end());
-        devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+        std::vector<DeviceId> devs = devicesOf(c, members[gi]);
         if (devs.size() < 2)
           continue;
         TaskId t = collective(CollectiveRole::Statistics,
@@ -297,12 +304,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     for (int64_t gi = 0; gi < groups; ++gi) {
       Box region = op.sem.outputRegion(static_cast<int>(j),
                                        c.tile(op.sem, members[gi][0]));
-      std::vector<DeviceId> devs;
-      for (int64_t k : members[gi])
-        for (int32_t r = 0; r < reps; ++r)
-          devs.push_back(c.device(k, r));
-      std::sort(devs.begin(), devs.end());
-      devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+      std::vector<DeviceId> devs = devicesOf(c, members[gi]);
       if (devs.size() < 2)
         continue;
       TaskId t = collective(

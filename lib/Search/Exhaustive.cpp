@@ -23,6 +23,9 @@ struct Choice {
   OpConfig config;
   std::vector<std::pair<DeviceId, Seconds>> load; ///< per device it uses
   Seconds work = 0;                               ///< summed over tiles
+  /// The quickest tile's forward plus the quickest tile's backward: every
+  /// dependency chain through the op pays at least this.
+  Seconds chain = 0;
 };
 
 class Exhaustive : public Searcher {
@@ -40,16 +43,21 @@ public:
       for (OpConfig &c : space.enumerate(op.id)) {
         Choice ch;
         std::map<DeviceId, Seconds> load;
+        Seconds minFwd = std::numeric_limits<double>::infinity();
+        Seconds minBwd = minFwd;
         for (int64_t k = 0; k < c.numTiles(); ++k) {
           auto t = p.cost.kernel(g, op, c.tile(op.sem, k));
           if (!t)
             return t.takeError();
+          minFwd = std::min(minFwd, t->forward);
+          minBwd = std::min(minBwd, t->backward());
           for (int32_t r = 0; r < c.replicas; ++r) {
             load[c.device(k, r)] += t->forward + t->backward();
             ch.work += t->forward + t->backward();
           }
         }
         ch.load.assign(load.begin(), load.end());
+        ch.chain = minFwd + minBwd;
         ch.config = std::move(c);
         choices_[op.id].push_back(std::move(ch));
       }
@@ -64,6 +72,18 @@ public:
                          return ma < mb;
                        });
     }
+    preds_.assign(g.numOps(), {});
+    minChain_.assign(g.numOps(), 0);
+    for (const Op &op : g.ops()) {
+      for (ValueId v : op.inputs)
+        if (v != kNoValue && g.value(v).producer >= 0)
+          preds_[op.id].push_back(g.value(v).producer);
+      Seconds m = std::numeric_limits<double>::infinity();
+      for (const Choice &c : choices_[op.id])
+        m = std::min(m, c.chain);
+      minChain_[op.id] = m;
+    }
+    chosen_.assign(g.numOps(), nullptr);
     minWorkAfter_.assign(g.numOps() + 1, 0);
     for (size_t i = g.numOps(); i-- > 0;) {
       Seconds m = std::numeric_limits<double>::infinity();
@@ -107,7 +127,7 @@ public:
     else
       spdlog::info("exhaustive: optimal after {} simulated strategies",
                    leaves_);
-    best_.accepted = stopped_ ? 0 : 1;
+    best_.provenOptimal = !stopped_;
     return best_;
   }
 
@@ -147,9 +167,11 @@ private:
         busiest = std::max(busiest, load_[d]);
       for (auto &[d, s] : c.load)
         busiest = std::max(busiest, load_[d] + s);
-      Seconds bound = std::max(busiest, (work + c.work +
-                                         minWorkAfter_[op + 1]) /
-                                            static_cast<double>(n_));
+      chosen_[op] = &c;
+      Seconds bound = std::max({busiest,
+                                (work + c.work + minWorkAfter_[op + 1]) /
+                                    static_cast<double>(n_),
+                                chainBound(op)});
       if (bound >= best_.iterationTime)
         continue;
       for (auto &[d, s] : c.load)
@@ -164,7 +186,27 @@ private:
     return llvm::Error::success();
   }
 
+  /// The longest dependency chain: a path o1 -> ... -> ok of ops runs
+  /// fwd(o1) .. fwd(ok) then bwd(ok) .. bwd(o1), one after another, so the
+  /// iteration takes at least the largest sum over a path of each op's
+  /// quickest tile (ops up to `upTo` as chosen, later ones at their best).
+  Seconds chainBound(size_t upTo) {
+    Seconds longest = 0;
+    chainTo_.assign(choices_.size(), 0);
+    for (size_t o = 0; o < choices_.size(); ++o) {
+      Seconds in = 0;
+      for (OpId p : preds_[o])
+        in = std::max(in, chainTo_[p]);
+      chainTo_[o] = in + (o <= upTo ? chosen_[o]->chain : minChain_[o]);
+      longest = std::max(longest, chainTo_[o]);
+    }
+    return longest;
+  }
+
   std::vector<std::vector<Choice>> choices_;
+  std::vector<std::vector<OpId>> preds_;
+  std::vector<Seconds> minChain_, chainTo_;
+  std::vector<const Choice *> chosen_;
   std::vector<Seconds> minWorkAfter_;
   SearchResult best_;
   Strategy current_;

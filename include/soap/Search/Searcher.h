@@ -66,6 +66,8 @@ struct SearchResult {
   Seconds iterationTime = 0;
   uint64_t proposals = 0;
   uint64_t accepted = 0;
+  /// Set by exact searchers that completed: no better strategy exists.
+  bool provenOptimal = false;
 };
 
 class Searcher {

@@ -3,6 +3,7 @@
 // names unknown searchers.
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
+#include "soap/Parallel/ConfigSpace.h"
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
@@ -102,4 +103,67 @@ TEST_CASE("unknown searchers are named with the registered ones",
   CHECK(errorMessage(r.takeError()) ==
         "unknown searcher 'annealing'; the searchers are: data, exhaustive, "
         "expert, kcuts, mcmc, model");
+}
+
+TEST_CASE("exhaustive search finds the brute-force optimum", "[Search]") {
+  // x[8,6] -> MatMul(w[6,4]) -> Relu -> loss, on 2 GPUs: small enough to
+  // simulate every strategy of the space.
+  Json doc = Json::parse(R"({"name": "two", "device": "P100-SXM2",
+    "nodes": 1, "node": {"gpus": 2, "intra": {"kind": "nvlink",
+    "bandwidth_gbps": 160, "latency_us": 0.5, "connections": "all-to-all"},
+    "pcie": {"bandwidth_gbps": 126, "latency_us": 0.5}}})");
+  auto topo = parseTopology(doc, "two.json");
+  if (!topo)
+    FAIL(errorMessage(topo.takeError()));
+  Graph g;
+  g.sourcePath = "tiny.onnx";
+  auto value = [&](std::vector<int64_t> shape, ValueKind kind) {
+    Value v;
+    v.name = "v" + std::to_string(g.numValues());
+    v.shape = TensorShape(shape);
+    v.kind = kind;
+    if (kind == ValueKind::Input)
+      v.dimClasses = {DimClass::Sample, DimClass::Attribute};
+    return g.addValue(v);
+  };
+  ValueId x = value({8, 6}, ValueKind::Input), w = value({6, 4},
+                                                         ValueKind::Weight);
+  ValueId y = value({8, 4}, ValueKind::Activation),
+          z = value({8, 4}, ValueKind::Activation);
+  Op mm;
+  mm.kind = "MatMul";
+  mm.name = "mm";
+  mm.inputs = {x, w};
+  mm.outputs = {y};
+  g.addOp(mm);
+  Op relu;
+  relu.kind = "Relu";
+  relu.name = "relu";
+  relu.inputs = {y};
+  relu.outputs = {z};
+  g.addOp(relu);
+  g.outputs = {z};
+  if (auto err = g.computeSemantics())
+    FAIL(errorMessage(std::move(err)));
+  CostModel cost(topo->deviceSpec(), nullptr, CostMode::Analytic);
+  CollectiveModel coll(*topo);
+  SearchProblem p{g, *topo, cost, coll};
+  SearchOptions o;
+  o.budget.proposals = 1000000;
+  o.space.kind = SpaceKind::Full;
+  // Brute force over the same space.
+  ConfigSpace space(g, *topo, o.space);
+  Seconds best = std::numeric_limits<double>::infinity();
+  for (const OpConfig &a : space.enumerate(0))
+    for (const OpConfig &b : space.enumerate(1)) {
+      auto e = evaluate(p, Strategy{{a, b}});
+      REQUIRE(static_cast<bool>(e));
+      if (e->second)
+        best = std::min(best, e->first);
+    }
+  auto ex = runSearch(p, "exhaustive", o);
+  if (!ex)
+    FAIL(errorMessage(ex.takeError()));
+  CHECK(ex->metrics.iterationTime == best);
+  CHECK(ex->result.provenOptimal);
 }

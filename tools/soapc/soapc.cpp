@@ -401,12 +401,13 @@ static llvm::Error runSearchCommand() {
     return out.takeError();
   const SimMetrics &m = out->metrics;
   llvm::outs() << fmt::format(
-      "searcher: {} ({} proposals, {:.2f} s)\n"
+      "searcher: {} ({} proposals, {:.2f} s{})\n"
       "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"
       "speedup over data parallel: {}\n"
       "peak memory: {} of {} per device\n"
       "bytes moved: transfers {}, all-reduces {}\n",
       out->searcher, out->result.proposals, out->searchSeconds,
+      out->result.provenOptimal ? ", proven optimal" : "",
       m.iterationTime * 1e3, s.batch / m.iterationTime, s.batch,
       out->speedup() > 0 ? fmt::format("{:.2f}x", out->speedup())
                          : std::string("n/a (data parallel does not fit)"),

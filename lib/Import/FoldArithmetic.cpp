@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <map>
 #include <set>
 
 namespace soap {
@@ -138,93 +139,93 @@ static llvm::Expected<FoldStatus> binary(const std::string &op,
   if (!allocateLike(out, isCmp ? int32_t(TP::BOOL) : a.elemType, *dims,
                     maxElements))
     return FoldStatus::TooLarge;
+  // Decode the op once, not per element.
+  enum class Bin { Add, Sub, Mul, Div, Pow, Mod, Min, Max, Eq, Lt, Gt, Le, Ge,
+                   And, Or, Xor };
+  static const std::map<std::string, Bin> kBin = {
+      {"Add", Bin::Add},         {"Sub", Bin::Sub},
+      {"Mul", Bin::Mul},         {"Div", Bin::Div},
+      {"Pow", Bin::Pow},         {"Mod", Bin::Mod},
+      {"Min", Bin::Min},         {"Max", Bin::Max},
+      {"Equal", Bin::Eq},        {"Less", Bin::Lt},
+      {"Greater", Bin::Gt},      {"LessOrEqual", Bin::Le},
+      {"GreaterOrEqual", Bin::Ge}, {"And", Bin::And},
+      {"Or", Bin::Or},           {"Xor", Bin::Xor}};
+  auto it = kBin.find(op);
+  if (it == kBin.end())
+    return FoldStatus::NotFoldable;
+  Bin k = it->second;
+  // What integers and reals share: order, comparison and logic.
+  auto common = [k](auto x, auto y, auto &r) {
+    switch (k) {
+    case Bin::Min: r = std::min(x, y); return true;
+    case Bin::Max: r = std::max(x, y); return true;
+    case Bin::Eq: r = x == y; return true;
+    case Bin::Lt: r = x < y; return true;
+    case Bin::Gt: r = x > y; return true;
+    case Bin::Le: r = x <= y; return true;
+    case Bin::Ge: r = x >= y; return true;
+    case Bin::And: r = (x != 0) && (y != 0); return true;
+    case Bin::Or: r = (x != 0) || (y != 0); return true;
+    case Bin::Xor: r = (x != 0) != (y != 0); return true;
+    default: return false;
+    }
+  };
   bool fl = a.isFloat() || b.isFloat();
+  if (fl && (k == Bin::And || k == Bin::Or || k == Bin::Xor))
+    return FoldStatus::NotFoldable;
   int64_t n = out.numElements();
   for (int64_t i = 0; i < n; ++i) {
     int64_t ia = broadcastOffset(a, *dims, i),
             ib = broadcastOffset(b, *dims, i);
     if (fl) {
-      double x = a.getDouble(ia), y = b.getDouble(ib), r;
-      if (op == "Add")
-        r = x + y;
-      else if (op == "Sub")
-        r = x - y;
-      else if (op == "Mul")
-        r = x * y;
-      else if (op == "Div")
-        r = x / y;
-      else if (op == "Pow")
-        r = std::pow(x, y);
-      else if (op == "Mod")
-        r = fmodAttr ? std::fmod(x, y) : x - y * std::floor(x / y);
-      else if (op == "Min")
-        r = std::min(x, y);
-      else if (op == "Max")
-        r = std::max(x, y);
-      else if (op == "Equal")
-        r = x == y;
-      else if (op == "Less")
-        r = x < y;
-      else if (op == "Greater")
-        r = x > y;
-      else if (op == "LessOrEqual")
-        r = x <= y;
-      else if (op == "GreaterOrEqual")
-        r = x >= y;
-      else
-        return FoldStatus::NotFoldable;
+      double x = a.getDouble(ia), y = b.getDouble(ib), r = 0;
+      if (!common(x, y, r)) {
+        switch (k) {
+        case Bin::Add: r = x + y; break;
+        case Bin::Sub: r = x - y; break;
+        case Bin::Mul: r = x * y; break;
+        case Bin::Div: r = x / y; break;
+        case Bin::Pow: r = std::pow(x, y); break;
+        case Bin::Mod:
+          r = fmodAttr ? std::fmod(x, y) : x - y * std::floor(x / y);
+          break;
+        default: return FoldStatus::NotFoldable;
+        }
+      }
       if (out.isFloat())
         out.floats[i] = r;
       else
         out.ints[i] = toInt(r);
       continue;
     }
-    int64_t x = a.ints[ia], y = b.ints[ib], r;
-    // Wrapping arithmetic through uint64 keeps overflow defined.
-    auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
-    if (op == "Add")
-      r = static_cast<int64_t>(ux + uy);
-    else if (op == "Sub")
-      r = static_cast<int64_t>(ux - uy);
-    else if (op == "Mul")
-      r = static_cast<int64_t>(ux * uy);
-    else if (op == "Div" || op == "Mod") {
-      if (y == 0)
-        return inputError("integer {} by zero",
-                          op == "Div" ? "division" : "modulo");
-      if (x == INT64_MIN && y == -1)
-        r = op == "Div" ? INT64_MIN : 0;
-      else if (op == "Div")
-        r = x / y; // ONNX integer Div truncates, as C++ does
-      else {
-        r = x % y;
-        if (!fmodAttr && r != 0 && ((r < 0) != (y < 0)))
-          r += y; // Python-style: the sign of the divisor
+    int64_t x = a.ints[ia], y = b.ints[ib], r = 0;
+    if (!common(x, y, r)) {
+      // Wrapping arithmetic through uint64 keeps overflow defined.
+      auto ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
+      switch (k) {
+      case Bin::Add: r = static_cast<int64_t>(ux + uy); break;
+      case Bin::Sub: r = static_cast<int64_t>(ux - uy); break;
+      case Bin::Mul: r = static_cast<int64_t>(ux * uy); break;
+      case Bin::Div:
+      case Bin::Mod:
+        if (y == 0)
+          return inputError("integer {} by zero",
+                            k == Bin::Div ? "division" : "modulo");
+        if (x == INT64_MIN && y == -1)
+          r = k == Bin::Div ? INT64_MIN : 0;
+        else if (k == Bin::Div)
+          r = x / y; // ONNX integer Div truncates, as C++ does
+        else {
+          r = x % y;
+          if (!fmodAttr && r != 0 && ((r < 0) != (y < 0)))
+            r += y; // Python-style: the sign of the divisor
+        }
+        break;
+      case Bin::Pow: r = toInt(std::pow(double(x), double(y))); break;
+      default: return FoldStatus::NotFoldable;
       }
-    } else if (op == "Pow")
-      r = toInt(std::pow(double(x), double(y)));
-    else if (op == "Min")
-      r = std::min(x, y);
-    else if (op == "Max")
-      r = std::max(x, y);
-    else if (op == "Equal")
-      r = x == y;
-    else if (op == "Less")
-      r = x < y;
-    else if (op == "Greater")
-      r = x > y;
-    else if (op == "LessOrEqual")
-      r = x <= y;
-    else if (op == "GreaterOrEqual")
-      r = x >= y;
-    else if (op == "And")
-      r = (x != 0) && (y != 0);
-    else if (op == "Or")
-      r = (x != 0) || (y != 0);
-    else if (op == "Xor")
-      r = (x != 0) != (y != 0);
-    else
-      return FoldStatus::NotFoldable;
+    }
     out.ints[i] = r;
   }
   normalise(out);

@@ -344,6 +344,29 @@ def _avg_pool2d(g, x, kernel_size, stride, padding, ceil_mode,
 torch.onnx.register_custom_op_symbolic("aten::avg_pool2d", _avg_pool2d, OPSET)
 
 
+class SmallResNet(nn.Module):
+    """A reduced ResNet for soap-run's tool test: a BN stem, one basic block
+    and one strided basic block with a 1x1 downsample, global average pool,
+    classifier (torchvision's BasicBlock wiring at widths 8 and 16)."""
+
+    def __init__(self, width=8, num_classes=10):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock
+        w = width
+        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(w), nn.ReLU())
+        self.block1 = BasicBlock(w, w)
+        down = nn.Sequential(nn.Conv2d(w, 2 * w, 1, stride=2, bias=False),
+                             nn.BatchNorm2d(2 * w))
+        self.block2 = BasicBlock(w, 2 * w, stride=2, downsample=down)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(2 * w, num_classes)
+
+    def forward(self, x):
+        x = self.block2(self.block1(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
 # --------------------------------------------------------------------------
 # Registry: name -> (builder, [(input name, shape with 'N', dtype)], notes)
 # --------------------------------------------------------------------------
@@ -368,6 +391,13 @@ MODELS = OrderedDict([
     ("nmt", (NMT, [("src", ["N", 40], "int64"), ("tgt", ["N", 40], "int64")])),
     ("transformer", (BertLarge, [("ids", ["N", 512], "int64")])),
     ("gpt2", (GPT2, [("ids", ["N", 1024], "int64")])),
+    # Reduced variants for soap-run's tool test (test/cli/exec).
+    ("mlp_small", (lambda: MLP(width=32, layers=3),
+                   [("input", ["N", 32], "float32")])),
+    ("resnet_small", (SmallResNet, [("input", ["N", 3, 8, 8], "float32")])),
+    ("transformer_small", (lambda: BertLarge(vocab=128, hidden=16, layers=1,
+                                             heads=2, ffn=32, max_pos=8),
+                           [("ids", ["N", 8], "int64")])),
 ])
 
 

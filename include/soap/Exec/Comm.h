@@ -1,0 +1,49 @@
+// Communication backends of the reference executor: one rank per device of
+// a plan. The executor only ever asks for batches of point-to-point
+// messages (every rank enumerates the same global list, so sends and
+// receives match by construction) and a barrier; MPI and NCCL implement it.
+#ifndef SOAP_EXEC_COMM_H
+#define SOAP_EXEC_COMM_H
+
+#include "llvm/Support/Error.h"
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace soap {
+
+class Comm {
+public:
+  /// One message of a batch: `count` floats to or from rank `peer`.
+  struct Message {
+    int peer;
+    int tag;
+    float *data;
+    size_t count;
+  };
+
+  virtual ~Comm();
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Posts every receive and send of a batch and waits for all of them.
+  /// Messages between one pair of ranks match in the order they are listed.
+  virtual void exchange(const std::vector<Message> &sends,
+                        const std::vector<Message> &recvs) = 0;
+  virtual void barrier() = 0;
+  /// "single", "mpi", ...
+  virtual std::string name() const = 0;
+};
+
+/// The communicator of this process: MPI when soap-run was built with it
+/// (launched by mpirun or not), else a single rank. Initialises MPI.
+std::unique_ptr<Comm> createComm(int &argc, char **&argv);
+/// Finalises what createComm initialised (MPI_Finalize).
+void finalizeComm(std::unique_ptr<Comm> comm);
+
+/// Names of the communication backends built in ("mpi", "nccl").
+std::vector<std::string> builtCommBackends();
+
+} // namespace soap
+
+#endif // SOAP_EXEC_COMM_H

@@ -1,0 +1,56 @@
+// The reference executor (DESIGN.md, "The reference executor"): runs SGD
+// training steps of a graph under a strategy, one rank per device, so that a
+// plan on N ranks can be checked against the same plan's model on one.
+//
+// Every rank walks the whole graph in the same order. It computes the tiles
+// its device holds in GLOBAL coordinates (a tile reads the regions its
+// semantics give, halos included, as dense boxes), and moves data with one
+// primitive, `assemble`: a destination box receives the sum (or max) of the
+// source boxes that intersect it, summed in source order. Forward values,
+// partial sums of split reduction dims, gradients of activations, weight
+// gradients (every holder of a weight element gets the sum over every tile
+// that read it) and statistics of split normalisations all go through it.
+// Weights, inputs, labels and dropout masks are functions of the seed and
+// the global element index, so any partition draws the same numbers.
+#ifndef SOAP_EXEC_EXECUTOR_H
+#define SOAP_EXEC_EXECUTOR_H
+
+#include "soap/Exec/Comm.h"
+#include "soap/IR/Graph.h"
+#include "soap/Parallel/Strategy.h"
+#include "llvm/Support/Error.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace soap {
+
+struct ExecOptions {
+  int64_t steps = 3;
+  uint64_t seed = 0;
+  double learningRate = 0.1;
+  /// When set, rank 0 writes every final weight here (DIR/<name>.f32, raw
+  /// little-endian float32, and DIR/weights.json listing name, file, shape).
+  std::string dumpWeightsDir;
+
+  llvm::Error validate() const;
+};
+
+struct StepResult {
+  double loss = 0;    ///< the sum of the graph's losses (valid on rank 0)
+  double seconds = 0; ///< wall time of the step on rank 0
+};
+
+/// Whether the executor can run every op of `g` (an error names the first
+/// op it cannot: an unsupported kind, attribute or operand).
+llvm::Error checkExecutable(const Graph &g);
+
+/// Runs opts.steps SGD steps of `g` under `s` (verified, with
+/// comm.size() devices). Every rank calls it; results are valid on rank 0.
+llvm::Expected<std::vector<StepResult>>
+runTraining(const Graph &g, const Strategy &s, Comm &comm,
+            const ExecOptions &opts);
+
+} // namespace soap
+
+#endif // SOAP_EXEC_EXECUTOR_H

@@ -1,0 +1,85 @@
+// The single-rank communicator and the MPI one (when built with MPI).
+#include "soap/Exec/Comm.h"
+
+#include <cassert>
+#ifdef SOAP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace soap {
+
+Comm::~Comm() = default;
+
+namespace {
+
+/// One process, no messages: the 1-rank reference run.
+class SingleComm : public Comm {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void exchange(const std::vector<Message> &sends,
+                const std::vector<Message> &recvs) override {
+    assert(sends.empty() && recvs.empty() && "one rank sends nothing");
+  }
+  void barrier() override {}
+  std::string name() const override { return "single"; }
+};
+
+#ifdef SOAP_HAVE_MPI
+/// MPI point-to-point: every receive posted, then every send, then one
+/// wait. MPI's non-overtaking rule matches messages of one pair in order.
+class MpiComm : public Comm {
+public:
+  MpiComm() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void exchange(const std::vector<Message> &sends,
+                const std::vector<Message> &recvs) override {
+    std::vector<MPI_Request> reqs(sends.size() + recvs.size());
+    size_t n = 0;
+    for (const Message &m : recvs)
+      MPI_Irecv(m.data, static_cast<int>(m.count), MPI_FLOAT, m.peer, m.tag,
+                MPI_COMM_WORLD, &reqs[n++]);
+    for (const Message &m : sends)
+      MPI_Isend(m.data, static_cast<int>(m.count), MPI_FLOAT, m.peer, m.tag,
+                MPI_COMM_WORLD, &reqs[n++]);
+    MPI_Waitall(static_cast<int>(n), reqs.data(), MPI_STATUSES_IGNORE);
+  }
+  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  std::string name() const override { return "mpi"; }
+
+private:
+  int rank_ = 0, size_ = 1;
+};
+#endif
+
+} // namespace
+
+std::unique_ptr<Comm> createComm(int &argc, char **&argv) {
+#ifdef SOAP_HAVE_MPI
+  MPI_Init(&argc, &argv);
+  return std::make_unique<MpiComm>();
+#else
+  return std::make_unique<SingleComm>();
+#endif
+}
+
+void finalizeComm(std::unique_ptr<Comm> comm) {
+  comm.reset();
+#ifdef SOAP_HAVE_MPI
+  MPI_Finalize();
+#endif
+}
+
+std::vector<std::string> builtCommBackends() {
+  std::vector<std::string> b{"single"};
+#ifdef SOAP_HAVE_MPI
+  b.push_back("mpi");
+#endif
+  return b;
+}
+
+} // namespace soap

@@ -1,0 +1,635 @@
+// The reference executor's driver: every rank walks the graph in the same
+// order, builds its tasks' operand boxes with `assemble`, runs the kernels,
+// and after the backward pass sums every weight's gradient over the tiles
+// that read it and takes an SGD step on the elements it holds.
+#include "soap/Exec/Executor.h"
+
+#include "Kernels.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Json.h"
+#include "soap/Support/Rng.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+#include <map>
+#include <set>
+
+namespace soap {
+
+llvm::Error ExecOptions::validate() const {
+  if (steps < 1)
+    return inputError("--steps must be at least 1, got {}", steps);
+  if (!(learningRate > 0) || !std::isfinite(learningRate))
+    return inputError("--lr must be a positive number, got {}", learningRate);
+  return llvm::Error::success();
+}
+
+llvm::Error checkExecutable(const Graph &g) {
+  for (const Op &op : g.ops()) {
+    const exec::Kernel *k = exec::findKernel(op.kind);
+    if (!k)
+      return inputError("{}: soap-run has no kernel for {}", g.where(op.id),
+                        op.kind);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i] == kNoValue)
+        continue;
+      if (op.sem.inputs[i].isView)
+        return inputError("{}: operand {} is addressed through a view; "
+                          "soap-run does not run it",
+                          g.where(op.id), i);
+      const Value &v = g.value(op.inputs[i]);
+      auto n = v.shape.numElements();
+      if (v.kind == ValueKind::Constant && v.data.size() != 1 &&
+          (!n || static_cast<int64_t>(v.data.size()) != *n))
+        return inputError("{}: constant '{}' has no known data",
+                          g.where(op.id), v.name);
+    }
+    if (auto err = k->check(g, op))
+      return inputError("{}: {}", g.where(op.id), toString(std::move(err)));
+  }
+  bool loss = false;
+  for (const Op &op : g.ops())
+    loss |= op.kind == "SoftmaxCrossEntropyLoss";
+  if (!loss)
+    return inputError("{}: the model has no loss to train (was it imported "
+                      "with --no-loss?)",
+                      g.sourcePath);
+  return llvm::Error::success();
+}
+
+namespace {
+
+using exec::Buf;
+using exec::Combine;
+using exec::Task;
+
+bool contains(const std::vector<int> &v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+/// A source of `assemble`: a box held (identically) by every rank in
+/// `ranks`; `buf` is set on those ranks.
+struct Src {
+  Box box;
+  std::vector<int> ranks;
+  const Buf *buf;
+};
+
+/// A destination: rank `rank` gets `box`; `out` is set on that rank.
+struct Dst {
+  Box box;
+  int rank;
+  Buf *out;
+};
+
+class Runner : public exec::StatsExchange {
+public:
+  Runner(const Graph &g, const Strategy &s, Comm &comm,
+         const ExecOptions &opts)
+      : g_(g), s_(s), comm_(comm), opts_(opts), me_(comm.rank()) {}
+
+  llvm::Expected<std::vector<StepResult>> run();
+
+  void allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
+                 Combine c) override;
+
+private:
+  struct OpPlan {
+    std::vector<Box> tiles;
+    std::vector<std::vector<Box>> inReg, outReg; // [operand][tile]
+    std::vector<int> localTask;                  // per tile, -1 if none
+  };
+
+  std::vector<int> ranksOf(OpId o, int64_t k) const {
+    const OpConfig &c = s_.configs[o];
+    std::vector<int> r;
+    for (int32_t x = 0; x < c.replicas; ++x)
+      r.push_back(static_cast<int>(c.device(k, x)));
+    return r;
+  }
+  const Task *localTask(OpId o, int64_t k) const {
+    int t = plans_[o].localTask[k];
+    return t < 0 ? nullptr : &tasks_[o][t];
+  }
+  Task *localTask(OpId o, int64_t k) {
+    int t = plans_[o].localTask[k];
+    return t < 0 ? nullptr : &tasks_[o][t];
+  }
+
+  void assemble(const std::vector<Src> &srcs, const std::vector<Dst> &dsts,
+                Combine c);
+  void setUp();
+  void initWeights();
+  void fillLocal(const Value &v, const Box &box, Buf &out);
+  void forward(OpId o);
+  void backward(OpId o);
+  void syncWeights();
+  double gatherLoss();
+  llvm::Error dumpWeights();
+
+  const Graph &g_;
+  const Strategy &s_;
+  Comm &comm_;
+  const ExecOptions &opts_;
+  int me_;
+  int64_t step_ = 0;
+  OpId cur_ = -1;
+  std::vector<OpPlan> plans_;
+  std::vector<std::vector<Task>> tasks_;
+  std::map<ValueId, std::vector<float>> weights_; // full copies, by value
+  std::map<ValueId, int64_t> intRange_;           // integer inputs' range
+};
+
+void Runner::assemble(const std::vector<Src> &srcs,
+                      const std::vector<Dst> &dsts, Combine c) {
+  struct Piece {
+    size_t src;
+    Box region;
+    bool remote;
+    std::vector<float> recv;
+  };
+  std::vector<std::vector<Piece>> pieces(dsts.size());
+  std::vector<std::vector<float>> sendBufs;
+  std::vector<int> sendPeers, sendTags;
+  std::vector<std::pair<size_t, size_t>> recvPieces;
+  std::vector<int> recvPeers, recvTags;
+  int tag = 0;
+  for (size_t d = 0; d < dsts.size(); ++d) {
+    const Dst &dst = dsts[d];
+    for (size_t si = 0; si < srcs.size(); ++si) {
+      const Src &src = srcs[si];
+      if (src.box.rank() != dst.box.rank())
+        continue;
+      Box inter = src.box.intersect(dst.box);
+      if (inter.empty())
+        continue;
+      bool near = contains(src.ranks, dst.rank);
+      int sender = near ? dst.rank : src.ranks[0];
+      if (sender == dst.rank) {
+        if (dst.rank == me_)
+          pieces[d].push_back({si, inter, false, {}});
+        continue;
+      }
+      int t = tag++ % 32000;
+      if (sender == me_) {
+        assert(src.buf && "sender holds no data");
+        sendBufs.emplace_back(static_cast<size_t>(inter.volume()));
+        exec::packRegion(inter, src.box, src.buf->data.data(),
+                         sendBufs.back().data());
+        sendPeers.push_back(dst.rank);
+        sendTags.push_back(t);
+      }
+      if (dst.rank == me_) {
+        pieces[d].push_back(
+            {si, inter, true, std::vector<float>(inter.volume())});
+        recvPieces.push_back({d, pieces[d].size() - 1});
+        recvPeers.push_back(sender);
+        recvTags.push_back(t);
+      }
+    }
+  }
+  std::vector<Comm::Message> sends, recvs;
+  for (size_t k = 0; k < sendBufs.size(); ++k)
+    sends.push_back(
+        {sendPeers[k], sendTags[k], sendBufs[k].data(), sendBufs[k].size()});
+  for (size_t k = 0; k < recvPieces.size(); ++k) {
+    Piece &p = pieces[recvPieces[k].first][recvPieces[k].second];
+    recvs.push_back({recvPeers[k], recvTags[k], p.recv.data(), p.recv.size()});
+  }
+  if (!sends.empty() || !recvs.empty())
+    comm_.exchange(sends, recvs);
+  float init = c == Combine::Max ? -std::numeric_limits<float>::infinity() : 0;
+  std::vector<Buf> results(dsts.size());
+  for (size_t d = 0; d < dsts.size(); ++d) {
+    if (dsts[d].rank != me_)
+      continue;
+    Buf &res = results[d];
+    res.reset(dsts[d].box, init);
+    for (const Piece &p : pieces[d]) {
+      if (p.remote)
+        exec::combineRegion(p.region, p.region, p.recv.data(), res.box,
+                            res.data.data(), c);
+      else
+        exec::combineRegion(p.region, srcs[p.src].box,
+                            srcs[p.src].buf->data.data(), res.box,
+                            res.data.data(), c);
+    }
+  }
+  for (size_t d = 0; d < dsts.size(); ++d)
+    if (dsts[d].rank == me_)
+      *dsts[d].out = std::move(results[d]);
+}
+
+void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
+                       Combine c) {
+  const OpPlan &p = plans_[cur_];
+  std::vector<Src> srcs;
+  std::vector<Dst> dsts;
+  for (size_t k = 0; k < p.tiles.size(); ++k) {
+    Box b = exec::loopSubsetBox(p.tiles[k], keep);
+    int t = p.localTask[k];
+    srcs.push_back({b, ranksOf(cur_, k), t < 0 ? nullptr : rows[t]});
+    for (int r : ranksOf(cur_, k))
+      dsts.push_back({b, r, r == me_ ? rows[t] : nullptr});
+  }
+  assemble(srcs, dsts, c);
+}
+
+void Runner::setUp() {
+  plans_.resize(g_.numOps());
+  tasks_.resize(g_.numOps());
+  for (const Op &op : g_.ops()) {
+    const OpConfig &c = s_.configs[op.id];
+    OpPlan &p = plans_[op.id];
+    int64_t n = c.numTiles();
+    p.inReg.assign(op.inputs.size(), std::vector<Box>(n));
+    p.outReg.assign(op.outputs.size(), std::vector<Box>(n));
+    p.localTask.assign(n, -1);
+    for (int64_t k = 0; k < n; ++k) {
+      Box t = c.tile(op.sem, k);
+      p.tiles.push_back(t);
+      for (size_t i = 0; i < op.inputs.size(); ++i)
+        p.inReg[i][k] = op.inputs[i] == kNoValue
+                            ? Box()
+                            : op.sem.inputRegion(static_cast<int>(i), t);
+      for (size_t j = 0; j < op.outputs.size(); ++j)
+        p.outReg[j][k] = op.outputs[j] == kNoValue
+                             ? Box()
+                             : op.sem.outputRegion(static_cast<int>(j), t);
+      for (int32_t r = 0; r < c.replicas; ++r)
+        if (static_cast<int>(c.device(k, r)) == me_) {
+          p.localTask[k] = static_cast<int>(tasks_[op.id].size());
+          Task task;
+          task.tile = k;
+          task.replica = r;
+          task.loops = t;
+          tasks_[op.id].push_back(std::move(task));
+        }
+    }
+  }
+  // Integer inputs draw from [0, range): the classes of a loss's labels,
+  // the rows of an embedding's table.
+  for (const Op &op : g_.ops()) {
+    auto note = [&](size_t i, int64_t range) {
+      if (op.input(i) == kNoValue)
+        return;
+      auto [it, fresh] = intRange_.emplace(op.input(i), range);
+      if (!fresh)
+        it->second = std::min(it->second, range);
+    };
+    if (op.kind == "SoftmaxCrossEntropyLoss")
+      note(1, g_.value(op.inputs[0]).shape[static_cast<size_t>(
+                  op.getInt("class_axis", 1) < 0
+                      ? op.getInt("class_axis", 1) +
+                            g_.value(op.inputs[0]).shape.rank()
+                      : op.getInt("class_axis", 1))]);
+    if (op.kind == "Gather" && !op.sem.inputs[1].dims.empty())
+      note(1, g_.value(op.inputs[0]).shape[0]);
+  }
+}
+
+void Runner::initWeights() {
+  for (const Op &op : g_.ops()) {
+    if (tasks_[op.id].empty())
+      continue;
+    for (ValueId v : op.inputs) {
+      if (v == kNoValue || g_.value(v).kind != ValueKind::Weight ||
+          weights_.count(v))
+        continue;
+      const Value &w = g_.value(v);
+      int64_t n = *w.shape.numElements();
+      // Uniform in +-1/sqrt(fan-in) for matrices and kernels; a norm's
+      // scale near 1; other vectors (biases) small.
+      bool scale = false;
+      for (OpId u : w.users) {
+        const Op &uo = g_.op(u);
+        if ((uo.kind == "BatchNormalization" ||
+             uo.kind == "LayerNormalization") &&
+            uo.input(1) == v)
+          scale = true;
+      }
+      double a = w.shape.rank() >= 2
+                     ? 1 / std::sqrt(static_cast<double>(n / w.shape[0]))
+                     : 0.1;
+      uint64_t stream = fnv1a(w.name);
+      std::vector<float> data(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        double u = 2 * hashUniform(opts_.seed, stream, i) - 1;
+        data[i] = static_cast<float>(scale ? 1 + 0.1 * u : a * u);
+      }
+      weights_[v] = std::move(data);
+    }
+  }
+}
+
+void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
+  out.reset(box);
+  const std::vector<int64_t> &shape = v.shape.dims;
+  switch (v.kind) {
+  case ValueKind::Weight: {
+    const std::vector<float> &w = weights_.at(v.id);
+    exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
+      out.data[off] = w[flat];
+    });
+    break;
+  }
+  case ValueKind::Constant:
+    exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
+      out.data[off] =
+          static_cast<float>(v.data.size() == 1 ? v.data[0] : v.data[flat]);
+    });
+    break;
+  case ValueKind::Input: {
+    uint64_t stream = fnv1a(v.name) ^ 0x5EEDull;
+    auto range = intRange_.find(v.id);
+    exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
+      double u = hashUniform(opts_.seed, stream, flat);
+      if (range != intRange_.end())
+        out.data[off] = static_cast<float>(
+            std::min<int64_t>(static_cast<int64_t>(u * range->second),
+                              range->second - 1));
+      else if (!isFloating(v.dtype))
+        out.data[off] = u < 0.5 ? 0.0f : 1.0f;
+      else
+        out.data[off] = static_cast<float>(2 * u - 1);
+    });
+    break;
+  }
+  default: // running statistics: unused by training-mode kernels
+    break;
+  }
+}
+
+void Runner::forward(OpId o) {
+  cur_ = o;
+  const Op &op = g_.op(o);
+  const OpPlan &p = plans_[o];
+  std::vector<Task> &ts = tasks_[o];
+  for (Task &t : ts) {
+    t.in.assign(op.inputs.size(), Buf());
+    t.out.assign(op.outputs.size(), Buf());
+  }
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    ValueId vid = op.inputs[i];
+    if (vid == kNoValue)
+      continue;
+    const Value &v = g_.value(vid);
+    if (v.kind != ValueKind::Activation) {
+      for (Task &t : ts)
+        fillLocal(v, p.inReg[i][t.tile], t.in[i]);
+      continue;
+    }
+    OpId prod = v.producer;
+    int j = v.producerOutput;
+    std::vector<Src> srcs;
+    for (size_t k = 0; k < plans_[prod].tiles.size(); ++k) {
+      const Task *pt = localTask(prod, k);
+      srcs.push_back({plans_[prod].outReg[j][k], ranksOf(prod, k),
+                      pt ? &pt->out[j] : nullptr});
+    }
+    std::vector<Dst> dsts;
+    for (size_t k = 0; k < p.tiles.size(); ++k)
+      for (int r : ranksOf(o, k)) {
+        Task *t = localTask(o, k);
+        dsts.push_back({p.inReg[i][k], r, r == me_ ? &t->in[i] : nullptr});
+      }
+    assemble(srcs, dsts, Combine::Sum);
+  }
+  for (Task &t : ts)
+    for (size_t j = 0; j < op.outputs.size(); ++j)
+      if (op.outputs[j] != kNoValue)
+        t.out[j].reset(p.outReg[j][t.tile]);
+  exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
+  exec::findKernel(op.kind)->forward(ctx);
+}
+
+void Runner::backward(OpId o) {
+  cur_ = o;
+  const Op &op = g_.op(o);
+  const OpPlan &p = plans_[o];
+  std::vector<Task> &ts = tasks_[o];
+  for (Task &t : ts) {
+    t.gout.assign(op.outputs.size(), Buf());
+    t.gin.assign(op.inputs.size(), Buf());
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] != kNoValue && isFloating(g_.value(op.inputs[i]).dtype))
+        t.gin[i].reset(p.inReg[i][t.tile]);
+  }
+  bool loss = op.kind == "SoftmaxCrossEntropyLoss";
+  for (size_t j = 0; j < op.outputs.size(); ++j) {
+    ValueId vid = op.outputs[j];
+    if (vid == kNoValue)
+      continue;
+    if (loss && j == 0) {
+      for (Task &t : ts)
+        t.gout[j].reset(p.outReg[j][t.tile], 1.0f);
+      continue;
+    }
+    const Value &v = g_.value(vid);
+    std::vector<Src> srcs;
+    std::set<OpId> users(v.users.begin(), v.users.end());
+    for (OpId u : users) {
+      const Op &uo = g_.op(u);
+      for (size_t i = 0; i < uo.inputs.size(); ++i) {
+        if (uo.inputs[i] != vid || !contains(uo.sem.gradInputs, int(i)))
+          continue;
+        for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
+          const Task *ut = localTask(u, k);
+          srcs.push_back({plans_[u].inReg[i][k], ranksOf(u, k),
+                          ut ? &ut->gin[i] : nullptr});
+        }
+      }
+    }
+    std::vector<Dst> dsts;
+    for (size_t k = 0; k < p.tiles.size(); ++k)
+      for (int r : ranksOf(o, k)) {
+        Task *t = localTask(o, k);
+        dsts.push_back({p.outReg[j][k], r, r == me_ ? &t->gout[j] : nullptr});
+      }
+    assemble(srcs, dsts, Combine::Sum);
+  }
+  exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
+  exec::findKernel(op.kind)->backward(ctx);
+}
+
+/// Every tile that read weight `w`, in op, operand and tile order.
+template <class F> void forEachWeightTile(const Graph &g, ValueId w, F f) {
+  std::set<OpId> users(g.value(w).users.begin(), g.value(w).users.end());
+  for (OpId u : users) {
+    const Op &op = g.op(u);
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] == w)
+        f(u, static_cast<int>(i));
+  }
+}
+
+void Runner::syncWeights() {
+  for (const Value &w : g_.values()) {
+    if (w.kind != ValueKind::Weight || w.users.empty())
+      continue;
+    std::vector<Src> srcs;
+    std::vector<Dst> dsts;
+    std::set<std::pair<int, std::vector<int64_t>>> seen;
+    std::vector<Buf> grads;
+    std::vector<std::tuple<int, Box>> want;
+    forEachWeightTile(g_, w.id, [&](OpId u, int i) {
+      for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
+        const Box &b = plans_[u].inReg[i][k];
+        const Task *t = localTask(u, k);
+        srcs.push_back({b, ranksOf(u, k), t ? &t->gin[i] : nullptr});
+        for (int r : ranksOf(u, k)) {
+          std::vector<int64_t> key = b.lo;
+          key.insert(key.end(), b.hi.begin(), b.hi.end());
+          if (seen.insert({r, key}).second)
+            want.emplace_back(r, b);
+        }
+      }
+    });
+    grads.resize(want.size());
+    for (size_t d = 0; d < want.size(); ++d) {
+      int r = std::get<0>(want[d]);
+      dsts.push_back({std::get<1>(want[d]), r, r == me_ ? &grads[d] : nullptr});
+    }
+    assemble(srcs, dsts, Combine::Sum);
+    auto it = weights_.find(w.id);
+    if (it == weights_.end())
+      continue;
+    std::vector<float> &data = it->second;
+    std::vector<bool> done(data.size(), false);
+    float lr = static_cast<float>(opts_.learningRate);
+    for (size_t d = 0; d < want.size(); ++d) {
+      if (std::get<0>(want[d]) != me_)
+        continue;
+      exec::forEachIndex(grads[d].box, w.shape.dims,
+                         [&](int64_t flat, int64_t off) {
+                           if (!done[flat]) {
+                             data[flat] -= lr * grads[d].data[off];
+                             done[flat] = true;
+                           }
+                         });
+    }
+  }
+}
+
+double Runner::gatherLoss() {
+  double total = 0;
+  for (const Op &op : g_.ops()) {
+    if (op.kind != "SoftmaxCrossEntropyLoss")
+      continue;
+    std::vector<Src> srcs;
+    for (size_t k = 0; k < plans_[op.id].tiles.size(); ++k) {
+      const Task *t = localTask(op.id, k);
+      srcs.push_back({plans_[op.id].outReg[0][k], ranksOf(op.id, k),
+                      t ? &t->out[0] : nullptr});
+    }
+    Buf loss;
+    assemble(srcs, {{Box::full({}), 0, me_ == 0 ? &loss : nullptr}},
+             Combine::Sum);
+    if (me_ == 0)
+      total += loss.data[0];
+  }
+  return total;
+}
+
+std::string fileNameOf(llvm::StringRef name) {
+  std::string s;
+  for (char c : name)
+    s += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
+             ? c
+             : '_';
+  return s;
+}
+
+llvm::Error Runner::dumpWeights() {
+  if (me_ == 0)
+    if (std::error_code ec = llvm::sys::fs::create_directories(
+            opts_.dumpWeightsDir))
+      return inputError("{}: cannot create: {}", opts_.dumpWeightsDir,
+                        ec.message());
+  Json manifest = Json::array();
+  for (const Value &w : g_.values()) {
+    if (w.kind != ValueKind::Weight || w.users.empty())
+      continue;
+    std::vector<Src> srcs;
+    std::vector<Buf> held;
+    // Reserve so the pointers in srcs stay valid.
+    size_t n = 0;
+    forEachWeightTile(g_, w.id, [&](OpId u, int) {
+      n += plans_[u].tiles.size();
+    });
+    held.reserve(n);
+    forEachWeightTile(g_, w.id, [&](OpId u, int i) {
+      for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
+        const Box &b = plans_[u].inReg[i][k];
+        const Buf *local = nullptr;
+        if (localTask(u, k)) {
+          held.emplace_back();
+          fillLocal(w, b, held.back());
+          local = &held.back();
+        }
+        srcs.push_back({b, ranksOf(u, k), local});
+      }
+    });
+    Buf whole;
+    assemble(srcs, {{Box::full(w.shape.dims), 0, me_ == 0 ? &whole : nullptr}},
+             Combine::Copy);
+    if (me_ != 0)
+      continue;
+    std::string file = fmt::format("{}-{}.f32", w.id, fileNameOf(w.name));
+    std::string bytes(reinterpret_cast<const char *>(whole.data.data()),
+                      whole.data.size() * sizeof(float));
+    llvm::SmallString<256> path(opts_.dumpWeightsDir);
+    llvm::sys::path::append(path, file);
+    if (auto err = writeFileAtomic(path, bytes))
+      return err;
+    manifest.push_back(
+        Json{{"name", w.name}, {"file", file}, {"shape", w.shape.dims}});
+  }
+  if (me_ != 0)
+    return llvm::Error::success();
+  llvm::SmallString<256> path(opts_.dumpWeightsDir);
+  llvm::sys::path::append(path, "weights.json");
+  return writeFileAtomic(path, dumpJson(Json{{"weights", manifest}}));
+}
+
+llvm::Expected<std::vector<StepResult>> Runner::run() {
+  setUp();
+  initWeights();
+  std::vector<StepResult> results;
+  for (step_ = 0; step_ < opts_.steps; ++step_) {
+    comm_.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (const Op &op : g_.ops())
+      forward(op.id);
+    double loss = gatherLoss();
+    for (size_t o = g_.numOps(); o-- > 0;)
+      backward(static_cast<OpId>(o));
+    syncWeights();
+    comm_.barrier();
+    auto t1 = std::chrono::steady_clock::now();
+    results.push_back(
+        {loss, std::chrono::duration<double>(t1 - t0).count()});
+  }
+  if (!opts_.dumpWeightsDir.empty())
+    if (auto err = dumpWeights())
+      return llvm::Error(std::move(err));
+  return results;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<StepResult>>
+runTraining(const Graph &g, const Strategy &s, Comm &comm,
+            const ExecOptions &opts) {
+  if (auto err = opts.validate())
+    return llvm::Error(std::move(err));
+  if (auto err = checkExecutable(g))
+    return llvm::Error(std::move(err));
+  Runner r(g, s, comm, opts);
+  return r.run();
+}
+
+} // namespace soap

@@ -1,0 +1,48 @@
+// The CPU kernels of the reference executor, by op kind: each computes the
+// tasks of one op on this rank in global coordinates (private to lib/Exec).
+#ifndef SOAP_EXEC_KERNELS_H
+#define SOAP_EXEC_KERNELS_H
+
+#include "Tensor.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+namespace soap {
+namespace exec {
+
+struct Kernel {
+  /// Errors (naming nothing; the caller prefixes the op) when an attribute
+  /// or operand of `op` is outside what the kernel computes.
+  llvm::Error (*check)(const Graph &g, const Op &op);
+  /// Fills every task's `out` (reset to zeros over the output regions).
+  void (*forward)(KernelCtx &ctx);
+  /// Adds every task's input gradients to `gin` (reset to zeros over the
+  /// input regions) from `gout` (the full gradient of the output regions).
+  void (*backward)(KernelCtx &ctx);
+};
+
+/// The kernel of an op kind, or nullptr.
+const Kernel *findKernel(llvm::StringRef kind);
+
+// Per-family tables (one per file).
+const Kernel *findLinearKernel(llvm::StringRef kind);
+const Kernel *findPointwiseKernel(llvm::StringRef kind);
+const Kernel *findNormKernel(llvm::StringRef kind);
+const Kernel *findShapeKernel(llvm::StringRef kind);
+
+/// The reduced loops of output 0 as a mask, and whether `tile` starts at 0
+/// in all of them (the one tile of a partial-sum group that adds a bias).
+std::vector<bool> reducedMask(const OpSemantics &sem, int output);
+bool firstOfPartialGroup(const OpSemantics &sem, const Box &tile, int output);
+/// `tile` with the loops in `mask` collapsed to their first index.
+Box collapse(const Box &tile, const std::vector<bool> &mask);
+/// A map giving loop l's index as an offset (with box loopIndexBox).
+TensorMap loopIndexMap(const OpSemantics &sem, int l);
+Box loopIndexBox(const OpSemantics &sem, int l);
+/// The statReduced loops of an op as a mask; `keep` is its complement.
+std::vector<bool> statMask(const OpSemantics &sem);
+
+} // namespace exec
+} // namespace soap
+
+#endif // SOAP_EXEC_KERNELS_H

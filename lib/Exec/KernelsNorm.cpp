@@ -1,0 +1,350 @@
+// Ops that reduce for statistics: BatchNormalization (training mode,
+// synchronised), LayerNormalization, Softmax/LogSoftmax and the softmax
+// cross-entropy loss. Statistics are kept per "row" (the loops that are not
+// statReduced); a tile split along a statReduced loop holds partial
+// statistics, and the StatsExchange combines them among the tiles that share
+// the rows (the simulator's "Statistics" all-reduce) before they are used.
+#include "Kernels.h"
+
+#include "soap/Support/Error.h"
+#include <cmath>
+#include <limits>
+
+namespace soap {
+namespace exec {
+
+namespace {
+
+std::vector<bool> rowsKeep(const OpSemantics &sem) {
+  std::vector<bool> keep = statMask(sem);
+  keep.flip();
+  return keep;
+}
+
+double statCount(const OpSemantics &sem) {
+  double n = 1;
+  for (const LoopDim &l : sem.loops)
+    if (l.statReduced)
+      n *= static_cast<double>(l.size);
+  return n;
+}
+
+/// Per-task row buffers, reset to `init`.
+std::vector<Buf> rowBufs(KernelCtx &ctx, const std::vector<bool> &keep,
+                         float init) {
+  std::vector<Buf> b(ctx.tasks.size());
+  for (size_t k = 0; k < ctx.tasks.size(); ++k)
+    b[k].reset(loopSubsetBox(ctx.tasks[k].loops, keep), init);
+  return b;
+}
+
+void allReduce(KernelCtx &ctx, const std::vector<bool> &keep,
+               std::vector<Buf> &bufs, Combine c) {
+  std::vector<Buf *> p;
+  for (Buf &b : bufs)
+    p.push_back(&b);
+  ctx.stats.allReduce(keep, p, c);
+}
+
+// --- BatchNormalization and LayerNormalization ---------------------------
+
+bool isBatchNorm(const Op &op) { return op.kind == "BatchNormalization"; }
+
+llvm::Error checkNorm(const Graph &g, const Op &op) {
+  if (isBatchNorm(op)) {
+    if (op.getInt("training_mode", 1) == 0)
+      return inputError("BatchNormalization in inference mode is not "
+                        "supported (training graphs only)");
+    for (size_t j = 1; j < op.outputs.size(); ++j)
+      if (op.outputs[j] != kNoValue && !g.value(op.outputs[j]).users.empty())
+        return inputError("the running statistics outputs are not supported");
+  } else {
+    for (size_t j = 1; j < op.outputs.size(); ++j)
+      if (op.outputs[j] != kNoValue)
+        return inputError("LayerNormalization's Mean and InvStdDev outputs "
+                          "are not supported");
+  }
+  return llvm::Error::success();
+}
+
+float normEps(const Op &op) {
+  return static_cast<float>(op.getFloat("epsilon", 1e-5));
+}
+
+/// saved[0] = mean, saved[1] = 1/sqrt(var + eps), per row.
+void normForward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  float inv = static_cast<float>(1 / statCount(sem));
+  bool hasBias = ctx.op.input(2) != kNoValue;
+  auto iter = [&](Task &t, const Buf &r) {
+    std::vector<Operand> ops{{&sem.inputs[0], t.in[0].box},
+                             {&rows, r.box},
+                             {&sem.outputs[0], t.out[0].box},
+                             {&sem.inputs[1], t.in[1].box}};
+    if (hasBias)
+      ops.push_back({&sem.inputs[2], t.in[2].box});
+    return PointIter(sem, ops);
+  };
+  std::vector<Buf> mean = rowBufs(ctx, keep, 0);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, mean[k]).run(t.loops, [&](const int64_t *o) {
+      mean[k].data[o[1]] += t.in[0].data[o[0]];
+    });
+  }
+  allReduce(ctx, keep, mean, Combine::Sum);
+  for (Buf &m : mean)
+    for (float &v : m.data)
+      v *= inv;
+  std::vector<Buf> var = rowBufs(ctx, keep, 0);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, var[k]).run(t.loops, [&](const int64_t *o) {
+      float d = t.in[0].data[o[0]] - mean[k].data[o[1]];
+      var[k].data[o[1]] += d * d;
+    });
+  }
+  allReduce(ctx, keep, var, Combine::Sum);
+  float eps = normEps(ctx.op);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    for (float &v : var[k].data)
+      v = 1 / std::sqrt(v * inv + eps);
+    iter(t, var[k]).run(t.loops, [&](const int64_t *o) {
+      float xhat = (t.in[0].data[o[0]] - mean[k].data[o[1]]) * var[k].data[o[1]];
+      float y = xhat * t.in[1].data[o[3]];
+      t.out[0].data[o[2]] = hasBias ? y + t.in[2].data[o[4]] : y;
+    });
+    t.saved = {std::move(mean[k]), std::move(var[k])};
+  }
+}
+
+void normBackward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  float inv = static_cast<float>(1 / statCount(sem));
+  bool hasBias = ctx.op.input(2) != kNoValue;
+  auto iter = [&](Task &t) {
+    std::vector<Operand> ops{{&sem.inputs[0], t.in[0].box},
+                             {&rows, t.saved[0].box},
+                             {&sem.outputs[0], t.out[0].box},
+                             {&sem.inputs[1], t.in[1].box}};
+    if (hasBias)
+      ops.push_back({&sem.inputs[2], t.in[2].box});
+    return PointIter(sem, ops);
+  };
+  // s1 = sum of dxhat, s2 = sum of dxhat * xhat, per row.
+  std::vector<Buf> s1 = rowBufs(ctx, keep, 0), s2 = rowBufs(ctx, keep, 0);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
+    iter(t).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]];
+      float xhat = (t.in[0].data[o[0]] - mean[o[1]]) * rstd[o[1]];
+      float g = dy * t.in[1].data[o[3]];
+      s1[k].data[o[1]] += g;
+      s2[k].data[o[1]] += g * xhat;
+      t.gin[1].data[o[3]] += dy * xhat;
+      if (hasBias)
+        t.gin[2].data[o[4]] += dy;
+    });
+  }
+  allReduce(ctx, keep, s1, Combine::Sum);
+  allReduce(ctx, keep, s2, Combine::Sum);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
+    iter(t).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]];
+      float xhat = (t.in[0].data[o[0]] - mean[o[1]]) * rstd[o[1]];
+      float g = dy * t.in[1].data[o[3]];
+      t.gin[0].data[o[0]] += rstd[o[1]] * (g - s1[k].data[o[1]] * inv -
+                                           xhat * s2[k].data[o[1]] * inv);
+    });
+  }
+}
+
+// --- Softmax, LogSoftmax --------------------------------------------------
+
+llvm::Error checkSoftmax(const Graph &g, const Op &op) {
+  return llvm::Error::success();
+}
+
+/// Row maxima and sums of exp(x - max), combined over the row's tiles.
+void softmaxStats(KernelCtx &ctx, const std::vector<bool> &keep,
+                  const TensorMap &rows, int xin, std::vector<Buf> &mx,
+                  std::vector<Buf> &sum) {
+  const OpSemantics &sem = ctx.op.sem;
+  mx = rowBufs(ctx, keep, -std::numeric_limits<float>::infinity());
+  sum = rowBufs(ctx, keep, 0);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    PointIter it(sem, {{&sem.inputs[xin], t.in[xin].box}, {&rows, mx[k].box}});
+    it.run(t.loops, [&](const int64_t *o) {
+      mx[k].data[o[1]] = std::max(mx[k].data[o[1]], t.in[xin].data[o[0]]);
+    });
+  }
+  allReduce(ctx, keep, mx, Combine::Max);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    PointIter it(sem, {{&sem.inputs[xin], t.in[xin].box}, {&rows, mx[k].box}});
+    it.run(t.loops, [&](const int64_t *o) {
+      sum[k].data[o[1]] += std::exp(t.in[xin].data[o[0]] - mx[k].data[o[1]]);
+    });
+  }
+  allReduce(ctx, keep, sum, Combine::Sum);
+}
+
+void softmaxForward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  bool log = ctx.op.kind == "LogSoftmax";
+  std::vector<Buf> mx, sum;
+  softmaxStats(ctx, keep, rows, 0, mx, sum);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    PointIter it(sem, {{&sem.inputs[0], t.in[0].box},
+                       {&rows, mx[k].box},
+                       {&sem.outputs[0], t.out[0].box}});
+    it.run(t.loops, [&](const int64_t *o) {
+      float d = t.in[0].data[o[0]] - mx[k].data[o[1]];
+      t.out[0].data[o[2]] = log ? d - std::log(sum[k].data[o[1]])
+                                : std::exp(d) / sum[k].data[o[1]];
+    });
+  }
+}
+
+void softmaxBackward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  bool log = ctx.op.kind == "LogSoftmax";
+  // s = sum of dy * y (softmax) or of dy (log-softmax), per row.
+  std::vector<Buf> s = rowBufs(ctx, keep, 0);
+  auto iter = [&](Task &t, const Buf &r) {
+    return PointIter(sem, {{&sem.inputs[0], t.in[0].box},
+                           {&rows, r.box},
+                           {&sem.outputs[0], t.out[0].box}});
+  };
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, s[k]).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]];
+      s[k].data[o[1]] += log ? dy : dy * t.out[0].data[o[2]];
+    });
+  }
+  allReduce(ctx, keep, s, Combine::Sum);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, s[k]).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]], y = t.out[0].data[o[2]];
+      t.gin[0].data[o[0]] += log ? dy - std::exp(y) * s[k].data[o[1]]
+                                 : y * (dy - s[k].data[o[1]]);
+    });
+  }
+}
+
+// --- SoftmaxCrossEntropyLoss ------------------------------------------------
+
+llvm::Error checkLoss(const Graph &g, const Op &op) {
+  std::string r = op.getString("reduction", "mean");
+  if (r != "mean" && r != "sum")
+    return inputError("reduction '{}' is not supported (mean, sum)", r);
+  if (op.hasAttr("ignore_index"))
+    return inputError("ignore_index is not supported");
+  if (op.input(2) != kNoValue)
+    return inputError("class weights are not supported");
+  if (op.output(1) != kNoValue)
+    return inputError("the log_prob output is not supported");
+  return llvm::Error::success();
+}
+
+int classLoop(const OpSemantics &sem) {
+  for (size_t l = 0; l < sem.loops.size(); ++l)
+    if (sem.loops[l].statReduced)
+      return static_cast<int>(l);
+  return 1;
+}
+
+float lossScale(const Op &op) {
+  if (op.getString("reduction", "mean") != "mean")
+    return 1;
+  double n = 1;
+  for (size_t l = 0; l < op.sem.loops.size(); ++l)
+    if (!op.sem.loops[l].statReduced)
+      n *= static_cast<double>(op.sem.loops[l].size);
+  return static_cast<float>(1 / n);
+}
+
+/// Calls f(scoreOffset, rowOffset, isLabel) for every point of the task.
+template <class F>
+void lossWalk(KernelCtx &ctx, Task &t, const TensorMap &rows, F f) {
+  const OpSemantics &sem = ctx.op.sem;
+  int c = classLoop(sem);
+  TensorMap cls = loopIndexMap(sem, c);
+  PointIter it(sem, {{&sem.inputs[0], t.in[0].box},
+                     {&rows, t.saved[0].box},
+                     {&sem.inputs[1], t.in[1].box},
+                     {&cls, loopIndexBox(sem, c)}});
+  it.run(t.loops, [&](const int64_t *o) {
+    f(o[0], o[1], static_cast<int64_t>(t.in[1].data[o[2]]) == o[3]);
+  });
+}
+
+/// saved[0] = log-sum-exp per row. out[0] = this tile's share of the loss.
+void lossForward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  std::vector<Buf> mx, sum;
+  softmaxStats(ctx, keep, rows, 0, mx, sum);
+  float scale = lossScale(ctx.op);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    for (size_t r = 0; r < mx[k].size(); ++r)
+      mx[k].data[r] += std::log(sum[k].data[r]);
+    t.saved = {std::move(mx[k])};
+    float total = 0;
+    lossWalk(ctx, t, rows, [&](int64_t so, int64_t ro, bool label) {
+      if (label)
+        total -= t.in[0].data[so] - t.saved[0].data[ro];
+    });
+    t.out[0].data[0] = total * scale;
+  }
+}
+
+void lossBackward(KernelCtx &ctx) {
+  std::vector<bool> keep = rowsKeep(ctx.op.sem);
+  TensorMap rows = loopSubsetMap(ctx.op.sem, keep);
+  float scale = lossScale(ctx.op);
+  for (Task &t : ctx.tasks) {
+    float g = t.gout[0].data[0] * scale;
+    lossWalk(ctx, t, rows, [&](int64_t so, int64_t ro, bool label) {
+      float p = std::exp(t.in[0].data[so] - t.saved[0].data[ro]);
+      t.gin[0].data[so] += (p - (label ? 1.0f : 0.0f)) * g;
+    });
+  }
+}
+
+const Kernel kNorm = {checkNorm, normForward, normBackward};
+const Kernel kSoftmax = {checkSoftmax, softmaxForward, softmaxBackward};
+const Kernel kLoss = {checkLoss, lossForward, lossBackward};
+
+} // namespace
+
+const Kernel *findNormKernel(llvm::StringRef kind) {
+  if (kind == "BatchNormalization" || kind == "LayerNormalization")
+    return &kNorm;
+  if (kind == "Softmax" || kind == "LogSoftmax")
+    return &kSoftmax;
+  if (kind == "SoftmaxCrossEntropyLoss")
+    return &kLoss;
+  return nullptr;
+}
+
+} // namespace exec
+} // namespace soap

@@ -1,0 +1,283 @@
+// Element-wise ops with numpy broadcasting, and Dropout with a mask drawn
+// from the seed and the global element index. The loop space is the output;
+// an input broadcast along a loop accumulates its gradient over it.
+#include "Kernels.h"
+
+#include "soap/Support/Error.h"
+#include "soap/Support/Rng.h"
+#include <cmath>
+
+namespace soap {
+namespace exec {
+
+namespace {
+
+enum class Fn {
+  Add, Sub, Mul, Div, Pow, Max, Min, Where, Equal, Less, Greater, Relu,
+  LeakyRelu, Gelu, Sigmoid, Tanh, Erf, Exp, Log, Sqrt, Reciprocal, Neg, Abs,
+  Not, Cast, Identity, Expand
+};
+
+struct FnName {
+  const char *name;
+  Fn fn;
+};
+
+const FnName kFns[] = {
+    {"Add", Fn::Add},         {"Sub", Fn::Sub},
+    {"Mul", Fn::Mul},         {"Div", Fn::Div},
+    {"Pow", Fn::Pow},         {"Max", Fn::Max},
+    {"Min", Fn::Min},         {"Where", Fn::Where},
+    {"Equal", Fn::Equal},     {"Less", Fn::Less},
+    {"Greater", Fn::Greater}, {"Relu", Fn::Relu},
+    {"LeakyRelu", Fn::LeakyRelu}, {"Gelu", Fn::Gelu},
+    {"Sigmoid", Fn::Sigmoid}, {"Tanh", Fn::Tanh},
+    {"Erf", Fn::Erf},         {"Exp", Fn::Exp},
+    {"Log", Fn::Log},         {"Sqrt", Fn::Sqrt},
+    {"Reciprocal", Fn::Reciprocal}, {"Neg", Fn::Neg},
+    {"Abs", Fn::Abs},         {"Not", Fn::Not},
+    {"Cast", Fn::Cast},       {"Identity", Fn::Identity},
+    {"Expand", Fn::Expand},
+};
+
+Fn fnOf(llvm::StringRef kind) {
+  for (const FnName &f : kFns)
+    if (kind == f.name)
+      return f.fn;
+  return Fn::Identity;
+}
+
+size_t numData(const Op &op) {
+  return op.kind == "Expand" ? 1 : op.inputs.size();
+}
+
+struct Params {
+  Fn fn;
+  float alpha = 0.01f;
+  bool toInt = false, toBool = false;
+};
+
+Params params(const Graph &g, const Op &op) {
+  Params p;
+  p.fn = fnOf(op.kind);
+  p.alpha = static_cast<float>(op.getFloat("alpha", 0.01));
+  if (p.fn == Fn::Cast) {
+    DType t = g.value(op.outputs[0]).dtype;
+    p.toBool = t == DType::Bool;
+    p.toInt = !isFloating(t) && !p.toBool;
+  }
+  return p;
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
+
+float apply(const Params &p, const float *x) {
+  switch (p.fn) {
+  case Fn::Add: return x[0] + x[1];
+  case Fn::Sub: return x[0] - x[1];
+  case Fn::Mul: return x[0] * x[1];
+  case Fn::Div: return x[0] / x[1];
+  case Fn::Pow: return std::pow(x[0], x[1]);
+  case Fn::Max: return std::max(x[0], x[1]);
+  case Fn::Min: return std::min(x[0], x[1]);
+  case Fn::Where: return x[0] != 0 ? x[1] : x[2];
+  case Fn::Equal: return x[0] == x[1];
+  case Fn::Less: return x[0] < x[1];
+  case Fn::Greater: return x[0] > x[1];
+  case Fn::Relu: return x[0] > 0 ? x[0] : 0.0f;
+  case Fn::LeakyRelu: return x[0] > 0 ? x[0] : p.alpha * x[0];
+  case Fn::Gelu: return 0.5f * x[0] * (1 + std::erf(x[0] * kInvSqrt2));
+  case Fn::Sigmoid: return 1 / (1 + std::exp(-x[0]));
+  case Fn::Tanh: return std::tanh(x[0]);
+  case Fn::Erf: return std::erf(x[0]);
+  case Fn::Exp: return std::exp(x[0]);
+  case Fn::Log: return std::log(x[0]);
+  case Fn::Sqrt: return std::sqrt(x[0]);
+  case Fn::Reciprocal: return 1 / x[0];
+  case Fn::Neg: return -x[0];
+  case Fn::Abs: return std::fabs(x[0]);
+  case Fn::Not: return x[0] == 0;
+  case Fn::Cast:
+    return p.toBool ? (x[0] != 0) : p.toInt ? std::trunc(x[0]) : x[0];
+  case Fn::Identity:
+  case Fn::Expand: return x[0];
+  }
+  return 0;
+}
+
+/// d y / d x[i] at the point (y is the forward output there).
+float partial(const Params &p, const float *x, float y, size_t i) {
+  switch (p.fn) {
+  case Fn::Add: return 1;
+  case Fn::Sub: return i == 0 ? 1.0f : -1.0f;
+  case Fn::Mul: return x[1 - i];
+  case Fn::Div: return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
+  case Fn::Pow:
+    return i == 0 ? x[1] * std::pow(x[0], x[1] - 1) : y * std::log(x[0]);
+  case Fn::Max: return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
+  case Fn::Min: return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
+  case Fn::Where:
+    return i == 0 ? 0.0f : (i == 1) == (x[0] != 0) ? 1.0f : 0.0f;
+  case Fn::Equal:
+  case Fn::Less:
+  case Fn::Greater:
+  case Fn::Not: return 0;
+  case Fn::Relu: return x[0] > 0 ? 1.0f : 0.0f;
+  case Fn::LeakyRelu: return x[0] > 0 ? 1.0f : p.alpha;
+  case Fn::Gelu:
+    return 0.5f * (1 + std::erf(x[0] * kInvSqrt2)) +
+           x[0] * kInvSqrt2Pi * std::exp(-0.5f * x[0] * x[0]);
+  case Fn::Sigmoid: return y * (1 - y);
+  case Fn::Tanh: return 1 - y * y;
+  case Fn::Erf: return kTwoOverSqrtPi * std::exp(-x[0] * x[0]);
+  case Fn::Exp: return y;
+  case Fn::Log: return 1 / x[0];
+  case Fn::Sqrt: return 0.5f / y;
+  case Fn::Reciprocal: return -y * y;
+  case Fn::Neg: return -1;
+  case Fn::Abs: return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
+  case Fn::Cast: return p.toInt || p.toBool ? 0.0f : 1.0f;
+  case Fn::Identity:
+  case Fn::Expand: return 1;
+  }
+  return 0;
+}
+
+llvm::Error checkElementwise(const Graph &g, const Op &op) {
+  if (op.kind == "Gelu" && op.getString("approximate", "none") != "none")
+    return inputError("Gelu approximate='{}' is not supported",
+                      op.getString("approximate", "none"));
+  if (numData(op) > 3)
+    return inputError("more than 3 operands");
+  return llvm::Error::success();
+}
+
+std::vector<Operand> operands(const Op &op, const Task &t) {
+  std::vector<Operand> ops{{&op.sem.outputs[0], t.out[0].box}};
+  for (size_t i = 0; i < numData(op); ++i)
+    ops.push_back({&op.sem.inputs[i], t.in[i].box});
+  return ops;
+}
+
+void eltForward(KernelCtx &ctx) {
+  Params p = params(ctx.graph, ctx.op);
+  size_t n = numData(ctx.op);
+  for (Task &t : ctx.tasks) {
+    PointIter it(ctx.op.sem, operands(ctx.op, t));
+    float *y = t.out[0].data.data();
+    float x[3] = {0, 0, 0};
+    it.run(t.loops, [&](const int64_t *o) {
+      for (size_t i = 0; i < n; ++i)
+        x[i] = t.in[i].data[o[1 + i]];
+      y[o[0]] = apply(p, x);
+    });
+  }
+}
+
+void eltBackward(KernelCtx &ctx) {
+  Params p = params(ctx.graph, ctx.op);
+  size_t n = numData(ctx.op);
+  for (Task &t : ctx.tasks) {
+    PointIter it(ctx.op.sem, operands(ctx.op, t));
+    const float *y = t.out[0].data.data(), *dy = t.gout[0].data.data();
+    float x[3] = {0, 0, 0};
+    it.run(t.loops, [&](const int64_t *o) {
+      for (size_t i = 0; i < n; ++i)
+        x[i] = t.in[i].data[o[1 + i]];
+      for (size_t i = 0; i < n; ++i)
+        if (!t.gin[i].data.empty())
+          t.gin[i].data[o[1 + i]] += partial(p, x, y[o[0]], i) * dy[o[0]];
+    });
+  }
+}
+
+// --- Dropout -------------------------------------------------------------
+
+/// The ratio and whether the op drops at all (training_mode and ratio > 0).
+std::pair<float, bool> dropoutRatio(const Graph &g, const Op &op) {
+  float ratio = static_cast<float>(op.getFloat("ratio", 0.5));
+  if (const Value *r = op.input(1) != kNoValue ? &g.value(op.input(1)) : nullptr)
+    ratio = r->data.empty() ? ratio : static_cast<float>(r->data[0]);
+  bool training = false;
+  if (op.input(2) != kNoValue) {
+    const Value &m = g.value(op.input(2));
+    training = !m.data.empty() && m.data[0] != 0;
+  }
+  return {ratio, training && ratio > 0};
+}
+
+llvm::Error checkDropout(const Graph &g, const Op &op) {
+  for (size_t i = 1; i < op.inputs.size(); ++i)
+    if (op.inputs[i] != kNoValue &&
+        (g.value(op.inputs[i]).kind != ValueKind::Constant ||
+         g.value(op.inputs[i]).data.size() != 1))
+      return inputError("Dropout's ratio and training_mode must be scalar "
+                        "constants");
+  auto [ratio, on] = dropoutRatio(g, op);
+  if (ratio < 0 || ratio >= 1)
+    return inputError("Dropout ratio {} is outside [0, 1)", ratio);
+  return llvm::Error::success();
+}
+
+/// Calls f(outputOffset, inputOffset, keep) for every point of the task.
+template <class F> void dropoutWalk(KernelCtx &ctx, Task &t, F f) {
+  const OpSemantics &sem = ctx.op.sem;
+  auto [ratio, on] = dropoutRatio(ctx.graph, ctx.op);
+  const Value &y = ctx.graph.value(ctx.op.outputs[0]);
+  // The output map over the whole tensor: its offset is the global index.
+  Box whole = Box::full(y.shape.dims);
+  PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
+                     {&sem.inputs[0], t.in[0].box},
+                     {&sem.outputs[0], whole}});
+  uint64_t stream = fnv1a(ctx.op.name) ^ (static_cast<uint64_t>(ctx.step) *
+                                           0x9E3779B97F4A7C15ull);
+  it.run(t.loops, [&](const int64_t *o) {
+    bool keep = !on || hashUniform(ctx.seed, stream,
+                                   static_cast<uint64_t>(o[2])) >= ratio;
+    f(o[0], o[1], keep);
+  });
+}
+
+float dropoutScale(const Graph &g, const Op &op) {
+  auto [ratio, on] = dropoutRatio(g, op);
+  return on ? 1 / (1 - ratio) : 1.0f;
+}
+
+void dropoutForward(KernelCtx &ctx) {
+  float s = dropoutScale(ctx.graph, ctx.op);
+  bool mask = ctx.op.outputs.size() > 1 && ctx.op.outputs[1] != kNoValue;
+  for (Task &t : ctx.tasks)
+    dropoutWalk(ctx, t, [&](int64_t yo, int64_t xo, bool keep) {
+      t.out[0].data[yo] = keep ? t.in[0].data[xo] * s : 0.0f;
+      if (mask)
+        t.out[1].data[yo] = keep;
+    });
+}
+
+void dropoutBackward(KernelCtx &ctx) {
+  float s = dropoutScale(ctx.graph, ctx.op);
+  for (Task &t : ctx.tasks)
+    dropoutWalk(ctx, t, [&](int64_t yo, int64_t xo, bool keep) {
+      if (keep)
+        t.gin[0].data[xo] += t.gout[0].data[yo] * s;
+    });
+}
+
+const Kernel kElementwise = {checkElementwise, eltForward, eltBackward};
+const Kernel kDropout = {checkDropout, dropoutForward, dropoutBackward};
+
+} // namespace
+
+const Kernel *findPointwiseKernel(llvm::StringRef kind) {
+  if (kind == "Dropout")
+    return &kDropout;
+  for (const FnName &f : kFns)
+    if (kind == f.name)
+      return &kElementwise;
+  return nullptr;
+}
+
+} // namespace exec
+} // namespace soap

@@ -1,0 +1,204 @@
+// Dense boxes of tensors in global coordinates, the point iterator that
+// walks a tile's loop space and gives every operand's offset, and the
+// per-tile state the kernels work on (private to lib/Exec).
+#ifndef SOAP_EXEC_TENSOR_H
+#define SOAP_EXEC_TENSOR_H
+
+#include "soap/IR/Graph.h"
+#include <cassert>
+#include <cstdint>
+#include <vector>
+
+namespace soap {
+namespace exec {
+
+/// A box of a tensor held densely, row-major over the box.
+struct Buf {
+  Box box;
+  std::vector<float> data;
+
+  void reset(const Box &b, float v = 0) {
+    box = b;
+    data.assign(static_cast<size_t>(std::max<int64_t>(b.volume(), 0)), v);
+  }
+  size_t size() const { return data.size(); }
+};
+
+/// Row-major strides of a box.
+std::vector<int64_t> boxStrides(const Box &b);
+
+enum class Combine { Sum, Max, Copy };
+
+/// dst[p] (op)= src[p] for every point p of `region`, which both boxes
+/// contain.
+void combineRegion(const Box &region, const Box &srcBox, const float *src,
+                   const Box &dstBox, float *dst, Combine c);
+/// Packs `region` of `src` (over srcBox) contiguously, and the inverse.
+void packRegion(const Box &region, const Box &srcBox, const float *src,
+                float *out);
+
+/// Calls f(flatIndexInTensor, offsetInBox) for every point of `box`.
+template <class F>
+void forEachIndex(const Box &box, const std::vector<int64_t> &shape, F f) {
+  if (box.empty())
+    return;
+  size_t r = box.rank();
+  std::vector<int64_t> tstr(r, 1);
+  for (size_t d = r; d-- > 1;)
+    tstr[d - 1] = tstr[d] * shape[d];
+  std::vector<int64_t> i = box.lo;
+  int64_t off = 0;
+  for (;;) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < r; ++d)
+      flat += i[d] * tstr[d];
+    f(flat, off++);
+    size_t d = r;
+    while (d > 0) {
+      --d;
+      if (++i[d] < box.hi[d])
+        break;
+      i[d] = box.lo[d];
+      if (d == 0)
+        return;
+    }
+    if (r == 0)
+      return;
+  }
+}
+
+/// An operand of the point iterator: a tensor map and the box its buffer
+/// holds. The map's dims must be affine (no `full` dims).
+struct Operand {
+  const TensorMap *map;
+  Box box;
+};
+
+/// A map over a subset of an op's loops: each loop in `keep` is a dim of
+/// its full size, every other loop a dim of size 1 (index 0). Statistics of
+/// normalisations live in it ("rows").
+TensorMap loopSubsetMap(const OpSemantics &sem, const std::vector<bool> &keep);
+/// The box of `tile` in loopSubsetMap(sem, keep).
+Box loopSubsetBox(const Box &tile, const std::vector<bool> &keep);
+
+/// Walks every point of `tile` (last loop fastest) and calls f(offs) where
+/// offs[o] is operand o's offset in its buffer, or -1 where the point maps
+/// outside the tensor (padding).
+class PointIter {
+public:
+  PointIter(const OpSemantics &sem, const std::vector<Operand> &ops);
+
+  template <class F> void run(const Box &tile, F f) {
+    size_t L = tile.rank();
+    if (tile.empty())
+      return;
+    size_t n = ops_.size();
+    std::vector<int64_t> i = tile.lo;
+    // vals[o][d] = sum coeff * i + offset for every operand dim.
+    std::vector<std::vector<int64_t>> vals(n);
+    for (size_t o = 0; o < n; ++o) {
+      const Op_ &op = ops_[o];
+      vals[o].resize(op.dims.size());
+      for (size_t d = 0; d < op.dims.size(); ++d) {
+        int64_t v = op.dims[d].offset;
+        for (size_t l = 0; l < L; ++l)
+          v += op.dims[d].coeff[l] * i[l];
+        vals[o][d] = v;
+      }
+    }
+    std::vector<int64_t> offs(n);
+    for (;;) {
+      for (size_t o = 0; o < n; ++o) {
+        const Op_ &op = ops_[o];
+        int64_t off = 0;
+        for (size_t d = 0; d < op.dims.size(); ++d) {
+          const Dim_ &dm = op.dims[d];
+          int64_t v = vals[o][d];
+          int64_t idx = dm.divisor == 1 ? v : floorDivI(v, dm.divisor);
+          if (idx < 0 || idx >= dm.size) {
+            off = -1;
+            break;
+          }
+          assert(idx >= dm.lo && idx < dm.hi && "point outside its buffer");
+          off += (idx - dm.lo) * dm.stride;
+        }
+        offs[o] = off;
+      }
+      f(offs.data());
+      size_t l = L;
+      bool done = true;
+      while (l > 0) {
+        --l;
+        if (++i[l] < tile.hi[l]) {
+          for (size_t o = 0; o < n; ++o)
+            for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+              vals[o][d] += ops_[o].dims[d].coeff[l];
+          done = false;
+          break;
+        }
+        int64_t back = tile.hi[l] - 1 - tile.lo[l];
+        for (size_t o = 0; o < n; ++o)
+          for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+            vals[o][d] -= ops_[o].dims[d].coeff[l] * back;
+        i[l] = tile.lo[l];
+      }
+      if (done)
+        return;
+    }
+  }
+
+private:
+  static int64_t floorDivI(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0)))
+      --q;
+    return q;
+  }
+  struct Dim_ {
+    std::vector<int64_t> coeff; // per loop
+    int64_t offset, divisor, size, lo, hi, stride;
+  };
+  struct Op_ {
+    std::vector<Dim_> dims;
+  };
+  std::vector<Op_> ops_;
+};
+
+/// One task of an op on this rank: tile `tile`, replica `replica`.
+struct Task {
+  int64_t tile = 0;
+  int32_t replica = 0;
+  Box loops;
+  std::vector<Buf> in, out;   ///< per operand; empty box when absent
+  std::vector<Buf> gin, gout; ///< gradients (gin: contributions)
+  std::vector<Buf> saved;     ///< kernel-specific state kept for backward
+  std::vector<int64_t> arg;   ///< MaxPool's argmax offsets
+};
+
+/// Combines per-task buffers of "rows" among the tiles that share them
+/// (tiles differing only in `statLoops`): every rank calls it, with its
+/// local tasks' buffers (over loopSubsetBox(tile, !statLoops)), in the same
+/// order for an op; afterwards every buffer holds the combination over all
+/// tiles of its group.
+class StatsExchange {
+public:
+  virtual ~StatsExchange();
+  /// `keep`: the op's loops that index the rows (the others are reduced).
+  virtual void allReduce(const std::vector<bool> &keep,
+                         std::vector<Buf *> &rows, Combine c) = 0;
+};
+
+/// What a kernel sees of its op on this rank.
+struct KernelCtx {
+  const Graph &graph;
+  const Op &op;
+  std::vector<Task> &tasks;
+  StatsExchange &stats;
+  uint64_t seed;
+  int64_t step;
+};
+
+} // namespace exec
+} // namespace soap
+
+#endif // SOAP_EXEC_TENSOR_H

@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""Rewrite a soapc plan into one that splits every kind of loop: op k splits
+up to two loops by 2, preferring the classes S, A, P, R in an order that
+rotates with k (statReduced loops of norms, softmax and the loss included),
+places its tiles on the devices starting at k mod N, and every third op with
+two tiles runs them twice (replicas). Needs `soapc dump --format json` of the
+same model and batch.
+
+    mixplan.py plan.json dump.json out.json"""
+import json
+import sys
+
+
+def main():
+    plan_path, dump_path, out_path = sys.argv[1:]
+    with open(plan_path) as f:
+        plan = json.load(f)
+    with open(dump_path) as f:
+        dump = {o["name"]: o for o in json.load(f)["ops"]}
+    n = plan["topology"]["devices"]
+    order = "SAPR"
+    for k, op in enumerate(plan["ops"]):
+        loops = dump[op["op"]]["loops"]
+        pref = order[k % 4:] + order[:k % 4]
+
+        def ok(l):
+            return (l["splittable"] and l["size"] % 2 == 0 and
+                    (l["size"] // 2) % l["granule"] == 0)
+        cands = [l for c in pref for l in loops if l["class"] == c and ok(l)]
+        # Norm-like ops: split the loops they normalise over first.
+        stat = [l for l in cands if l["stat_reduced"]]
+        if stat and k % 2 == 0:
+            cands = stat + [l for l in cands if not l["stat_reduced"]]
+        split = cands[:2]
+        tiles = 2 ** len(split)
+        replicas = 2 if tiles == 2 and k % 3 == 0 else 1
+        if tiles * replicas > n:
+            replicas = 1
+        op["loops"] = {l["name"]: 2 for l in split}
+        op["replicas"] = replicas
+        op["devices"] = [(k + t) % n for t in range(tiles * replicas)]
+    with open(out_path, "w") as f:
+        json.dump(plan, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

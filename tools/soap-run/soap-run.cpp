@@ -1,0 +1,165 @@
+// soap-run: the reference executor. Runs SGD steps of a model under a plan,
+// one MPI rank per device of the plan, and prints each step's loss and wall
+// time, so a plan on N ranks can be checked against the same model on one.
+//
+//   mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S]
+//   soap-run model.onnx plan.json            (a plan for one device)
+#include "soap/Exec/Executor.h"
+#include "soap/Import/OnnxImporter.h"
+#include "soap/IR/UnrollRnn.h"
+#include "soap/Machine/TopologyLoader.h"
+#include "soap/Plan/Plan.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Sha256.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+#include <fmt/format.h>
+
+using namespace soap;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory runCat("soap-run options");
+static cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"),
+                                      cl::cat(runCat));
+static cl::opt<std::string> planPath(cl::Positional, cl::desc("<plan.json>"),
+                                     cl::cat(runCat));
+static cl::opt<int64_t> stepsOpt("steps", cl::desc("SGD steps to run"),
+                                 cl::init(3), cl::cat(runCat));
+static cl::opt<uint64_t>
+    seedOpt("seed",
+            cl::desc("Seed of the weights, inputs, labels and dropout masks "
+                     "(drawn by global element index)"),
+            cl::init(0), cl::cat(runCat));
+static cl::opt<double> lrOpt("lr", cl::desc("SGD learning rate"),
+                             cl::init(0.1), cl::cat(runCat));
+static cl::opt<std::string>
+    dumpOpt("dump-weights",
+            cl::desc("Write the final weights to this directory (rank 0): "
+                     "<id>-<name>.f32 and weights.json"),
+            cl::value_desc("dir"), cl::cat(runCat));
+static cl::opt<std::string>
+    topologyOpt("topology",
+                cl::desc("Refuse the plan unless it was made for this "
+                         "cluster description"),
+                cl::value_desc("cluster.json"), cl::cat(runCat));
+
+/// The exit code of an error, consuming it without printing.
+static int exitCodeOf(llvm::Error err) {
+  int code = static_cast<int>(ExitCode::Internal);
+  llvm::handleAllErrors(
+      std::move(err),
+      [&](const SoapError &e) { code = static_cast<int>(e.code()); },
+      [&](const llvm::ErrorInfoBase &) {});
+  return code;
+}
+
+static llvm::Error run(Comm &comm) {
+  if (modelPath.empty() || planPath.empty())
+    return inputError("usage: soap-run model.onnx plan.json [--steps K] "
+                      "[--seed S] [--dump-weights DIR]");
+  ExecOptions opts;
+  opts.steps = stepsOpt;
+  opts.seed = seedOpt;
+  opts.learningRate = lrOpt;
+  opts.dumpWeightsDir = dumpOpt;
+  if (auto err = opts.validate())
+    return err;
+  auto plan = readPlan(planPath);
+  if (!plan)
+    return plan.takeError();
+  auto modelSha = sha256File(modelPath);
+  if (!modelSha)
+    return modelSha.takeError();
+  if (*modelSha != plan->inputs.modelSha256)
+    return inputError("{}: /model/sha256: the plan was made for another "
+                      "model ({}), not {}",
+                      planPath.getValue(), plan->inputs.modelPath,
+                      modelPath.getValue());
+  Topology topo;
+  if (!topologyOpt.empty()) {
+    auto sha = sha256File(topologyOpt);
+    if (!sha)
+      return sha.takeError();
+    if (*sha != plan->inputs.topologySha256)
+      return inputError("{}: /topology/sha256: the plan was made for another "
+                        "topology ({}), not {}",
+                        planPath.getValue(), plan->inputs.topologyPath,
+                        topologyOpt.getValue());
+    auto t = loadTopology(topologyOpt);
+    if (!t)
+      return t.takeError();
+    topo = std::move(*t);
+  } else {
+    // Only the device count matters here: one rank per device.
+    topo.setName(plan->topologyName);
+    for (int64_t d = 0; d < plan->numDevices; ++d)
+      topo.addDevice(topo.addVertex(VertexKind::Device,
+                                    fmt::format("gpu{}", d), 0, 0),
+                     0, static_cast<uint32_t>(d), 0, 0);
+  }
+  if (plan->numDevices != comm.size())
+    return inputError("{}: /topology/devices: the plan is for {} devices "
+                      "(topology '{}'); run it on as many ranks, not {}",
+                      planPath.getValue(), plan->numDevices,
+                      plan->topologyName, comm.size());
+  ImportOptions io;
+  io.batch = plan->inputs.batch;
+  io.appendLoss = plan->inputs.appendLoss;
+  if (auto err = io.validate())
+    return err;
+  auto g = importOnnx(modelPath, io);
+  if (!g)
+    return g.takeError();
+  std::unique_ptr<Graph> graph = std::move(*g);
+  if (plan->inputs.unrollRnn) {
+    auto u = unrollLstms(*graph);
+    if (!u)
+      return u.takeError();
+    graph = std::move(*u);
+  }
+  auto strategy = planStrategy(*plan, *graph, topo, planPath);
+  if (!strategy)
+    return strategy.takeError();
+  if (auto err = checkExecutable(*graph))
+    return err;
+  if (comm.rank() == 0)
+    llvm::outs() << fmt::format(
+        "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}), {} "
+        "steps, seed {}\n",
+        modelPath.getValue(), graph->numOps(), plan->inputs.batch,
+        planPath.getValue(), plan->inputs.searcher, comm.size(),
+        comm.size() == 1 ? "" : "s", comm.name(), opts.steps, opts.seed);
+  auto steps = runTraining(*graph, *strategy, comm, opts);
+  if (!steps)
+    return steps.takeError();
+  if (comm.rank() == 0) {
+    for (size_t k = 0; k < steps->size(); ++k)
+      llvm::outs() << fmt::format("step {} loss {:.9g} time {:.6f} s\n", k + 1,
+                                  (*steps)[k].loss, (*steps)[k].seconds);
+    if (!opts.dumpWeightsDir.empty())
+      llvm::outs() << "weights: " << opts.dumpWeightsDir << "\n";
+    llvm::outs().flush();
+  }
+  return llvm::Error::success();
+}
+
+int main(int argc, char **argv) {
+  std::unique_ptr<Comm> comm = createComm(argc, argv);
+  cl::HideUnrelatedOptions(runCat);
+  std::string overview =
+      "soap-run: run SGD steps of a model under a soapc plan, one rank per "
+      "device\n\n"
+      "  mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S] "
+      "[--dump-weights DIR]\n"
+      "  soap-run model.onnx plan.json   (a plan for one device)\n";
+  int code = 0;
+  if (!cl::ParseCommandLineOptions(argc, argv, overview,
+                                   comm->rank() == 0 ? &llvm::errs()
+                                                     : &llvm::nulls()))
+    code = static_cast<int>(ExitCode::InvalidInput);
+  else if (llvm::Error err = run(*comm))
+    code = comm->rank() == 0 ? reportError(std::move(err), "soap-run")
+                             : exitCodeOf(std::move(err));
+  finalizeComm(std::move(comm));
+  return code;
+}

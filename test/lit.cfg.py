@@ -35,3 +35,13 @@ try:
     config.available_features.add("jsonschema")
 except ImportError:
     pass
+
+# soap-run's tool tests (test/cli/exec) start 4 MPI ranks on whatever cores
+# there are, also as root in CI containers.
+if config.soap_have_mpi:
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    config.substitutions.append(
+        ("%mpirun", "mpirun --oversubscribe --bind-to none"))
+config.substitutions.append(
+    ("%soap-run", os.path.join(config.soap_tools_dir, "soap-run")))

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Rewrite a soapc plan into one that splits every kind of loop: op k splits
-up to two loops by 2, preferring the classes S, A, P, R in an order that
-rotates with k (statReduced loops of norms, softmax and the loss included),
-places its tiles on the devices starting at k mod N, and every third op with
-two tiles runs them twice (replicas). Needs `soapc dump --format json` of the
+up to two loops by 2 (one every third op), preferring the classes S, A, P, R in an order that
+rotates with k (the loops that norms, softmax and the loss normalise over first),
+places its tiles on the devices starting at k mod N, and an op with two tiles
+runs each twice (replicas). Needs `soapc dump --format json` of the
 same model and batch.
 
     mixplan.py plan.json dump.json out.json"""
@@ -19,6 +19,8 @@ def main():
         dump = {o["name"]: o for o in json.load(f)["ops"]}
     n = plan["topology"]["devices"]
     order = "SAPR"
+    classes = {c: 0 for c in order}
+    nstat = replicated = 0
     for k, op in enumerate(plan["ops"]):
         loops = dump[op["op"]]["loops"]
         pref = order[k % 4:] + order[:k % 4]
@@ -29,16 +31,23 @@ def main():
         cands = [l for c in pref for l in loops if l["class"] == c and ok(l)]
         # Norm-like ops: split the loops they normalise over first.
         stat = [l for l in cands if l["stat_reduced"]]
-        if stat and k % 2 == 0:
+        if stat:
             cands = stat + [l for l in cands if not l["stat_reduced"]]
-        split = cands[:2]
+        split = cands[:1 if k % 3 == 0 else 2]
         tiles = 2 ** len(split)
         replicas = 2 if tiles == 2 and k % 3 == 0 else 1
         if tiles * replicas > n:
             replicas = 1
+        for l in split:
+            classes[l["class"]] += 1
+        nstat += any(l["stat_reduced"] for l in split)
+        replicated += replicas > 1
         op["loops"] = {l["name"]: 2 for l in split}
         op["replicas"] = replicas
         op["devices"] = [(k + t) % n for t in range(tiles * replicas)]
+    print("mixplan: %d ops; splits %s; statistics split in %d ops; "
+          "%d ops replicated" % (len(plan["ops"]), " ".join(
+              "%s:%d" % (c, classes[c]) for c in order), nstat, replicated))
     with open(out_path, "w") as f:
         json.dump(plan, f, indent=1)
         f.write("\n")

@@ -45,3 +45,10 @@ if config.soap_have_mpi:
         ("%mpirun", "mpirun --oversubscribe --bind-to none"))
 config.substitutions.append(
     ("%soap-run", os.path.join(config.soap_tools_dir, "soap-run")))
+# A GPU to run on (soap-run --backend cuda): CUDA built and a device listed.
+if config.soap_have_cuda:
+    import shutil
+    import subprocess
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        config.available_features.add("gpu")

@@ -1,6 +1,7 @@
 // The single-rank communicator and the MPI one (when built with MPI).
 #include "soap/Exec/Comm.h"
 
+#include "soap/Support/Error.h"
 #include <cassert>
 #ifdef SOAP_HAVE_MPI
 #include <mpi.h>
@@ -9,6 +10,12 @@
 namespace soap {
 
 Comm::~Comm() = default;
+
+void Comm::abort(int code) {
+#ifdef SOAP_HAVE_MPI
+  MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+}
 
 namespace {
 
@@ -67,6 +74,12 @@ std::unique_ptr<Comm> createComm(int &argc, char **&argv) {
 #endif
 }
 
+#ifndef SOAP_HAVE_NCCL
+llvm::Expected<std::unique_ptr<Comm>> createNcclComm(const Comm &) {
+  return inputError("--comm nccl: soap-run was built without NCCL (or MPI)");
+}
+#endif
+
 void finalizeComm(std::unique_ptr<Comm> comm) {
   comm.reset();
 #ifdef SOAP_HAVE_MPI
@@ -78,6 +91,9 @@ std::vector<std::string> builtCommBackends() {
   std::vector<std::string> b{"single"};
 #ifdef SOAP_HAVE_MPI
   b.push_back("mpi");
+#endif
+#ifdef SOAP_HAVE_NCCL
+  b.push_back("nccl");
 #endif
   return b;
 }

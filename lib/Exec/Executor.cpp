@@ -13,13 +13,26 @@
 #include <chrono>
 #include <cmath>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <limits>
 #include <map>
 #include <set>
 
 namespace soap {
 
+std::vector<std::string> builtKernelBackends() {
+  std::vector<std::string> b{"cpu"};
+#ifdef SOAP_HAVE_CUDA
+  b.push_back("cuda");
+#endif
+  return b;
+}
+
 llvm::Error ExecOptions::validate() const {
+  std::vector<std::string> built = builtKernelBackends();
+  if (std::find(built.begin(), built.end(), backend) == built.end())
+    return inputError("--backend '{}': not built in (built: {})", backend,
+                      fmt::format("{}", fmt::join(built, ", ")));
   if (steps < 1)
     return inputError("--steps must be at least 1, got {}", steps);
   if (!(learningRate > 0) || !std::isfinite(learningRate))
@@ -129,6 +142,12 @@ private:
   void syncWeights();
   double gatherLoss();
   llvm::Error dumpWeights();
+  llvm::Error backendError(OpId o) const {
+    std::string e = exec::takeBackendError();
+    if (e.empty())
+      return llvm::Error::success();
+    return internalError("{}: {} backend: {}", g_.where(o), opts_.backend, e);
+  }
 
   const Graph &g_;
   const Strategy &s_;
@@ -403,7 +422,7 @@ void Runner::forward(OpId o) {
       if (op.outputs[j] != kNoValue)
         t.out[j].reset(p.outReg[j][t.tile]);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
-  exec::findKernel(op.kind)->forward(ctx);
+  exec::findKernel(op.kind, opts_.backend)->forward(ctx);
 }
 
 void Runner::backward(OpId o) {
@@ -452,7 +471,7 @@ void Runner::backward(OpId o) {
     assemble(srcs, dsts, Combine::Sum);
   }
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
-  exec::findKernel(op.kind)->backward(ctx);
+  exec::findKernel(op.kind, opts_.backend)->backward(ctx);
 }
 
 /// Every tile that read weight `w`, in op, operand and tile order.
@@ -602,11 +621,17 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
   for (step_ = 0; step_ < opts_.steps; ++step_) {
     comm_.barrier();
     auto t0 = std::chrono::steady_clock::now();
-    for (const Op &op : g_.ops())
+    for (const Op &op : g_.ops()) {
       forward(op.id);
+      if (auto err = backendError(op.id))
+        return llvm::Error(std::move(err));
+    }
     double loss = gatherLoss();
-    for (size_t o = g_.numOps(); o-- > 0;)
+    for (size_t o = g_.numOps(); o-- > 0;) {
       backward(static_cast<OpId>(o));
+      if (auto err = backendError(static_cast<OpId>(o)))
+        return llvm::Error(std::move(err));
+    }
     syncWeights();
     comm_.barrier();
     auto t1 = std::chrono::steady_clock::now();
@@ -621,12 +646,22 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
 
 } // namespace
 
+llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm) {
+#ifdef SOAP_HAVE_CUDA
+  if (opts.backend == "cuda")
+    return exec::initCudaBackend(comm.rank());
+#endif
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<StepResult>>
 runTraining(const Graph &g, const Strategy &s, Comm &comm,
             const ExecOptions &opts) {
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   if (auto err = checkExecutable(g))
+    return llvm::Error(std::move(err));
+  if (auto err = prepareBackend(opts, comm))
     return llvm::Error(std::move(err));
   Runner r(g, s, comm, opts);
   return r.run();

@@ -6,6 +6,7 @@
 #include "Tensor.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include <string>
 
 namespace soap {
 namespace exec {
@@ -21,8 +22,16 @@ struct Kernel {
   void (*backward)(KernelCtx &ctx);
 };
 
-/// The kernel of an op kind, or nullptr.
-const Kernel *findKernel(llvm::StringRef kind);
+/// The kernel of an op kind on a backend ("cpu", "cuda"), or nullptr. The
+/// CUDA backend answers with its own kernel where it has one, else the CPU's.
+const Kernel *findKernel(llvm::StringRef kind, llvm::StringRef backend = "cpu");
+/// The first error a backend met since the last call ("" if none).
+std::string takeBackendError();
+#ifdef SOAP_HAVE_CUDA
+const Kernel *findCudaKernel(llvm::StringRef kind);
+llvm::Error initCudaBackend(int localRank);
+std::string takeCudaError();
+#endif
 
 // Per-family tables (one per file).
 const Kernel *findLinearKernel(llvm::StringRef kind);

@@ -335,12 +335,25 @@ const Kernel *findLinearKernel(llvm::StringRef kind) {
   return nullptr;
 }
 
-const Kernel *findKernel(llvm::StringRef kind) {
+const Kernel *findKernel(llvm::StringRef kind, llvm::StringRef backend) {
+#ifdef SOAP_HAVE_CUDA
+  if (backend == "cuda")
+    if (const Kernel *k = findCudaKernel(kind))
+      return k;
+#endif
   for (auto *f : {findLinearKernel, findPointwiseKernel, findNormKernel,
                   findShapeKernel})
     if (const Kernel *k = f(kind))
       return k;
   return nullptr;
+}
+
+std::string takeBackendError() {
+#ifdef SOAP_HAVE_CUDA
+  return takeCudaError();
+#else
+  return "";
+#endif
 }
 
 } // namespace exec

@@ -13,6 +13,7 @@
 #include "soap/Support/Sha256.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
+#include <algorithm>
 #include <fmt/format.h>
 
 using namespace soap;
@@ -43,6 +44,19 @@ static cl::opt<std::string>
                          "cluster description"),
                 cl::value_desc("cluster.json"), cl::cat(runCat));
 
+static cl::opt<std::string>
+    backendOpt("backend",
+               cl::desc("Kernel backend: cpu, or cuda (contractions and "
+                        "element-wise ops on the rank's GPU) when built with "
+                        "CUDA"),
+               cl::init("cpu"), cl::cat(runCat));
+static cl::opt<std::string>
+    commOpt("comm",
+            cl::desc("Communication: mpi, or nccl (grouped send/recv on the "
+                     "rank's GPU, bootstrapped through MPI) when built with "
+                     "NCCL"),
+            cl::init("mpi"), cl::cat(runCat));
+
 /// The exit code of an error, consuming it without printing.
 static int exitCodeOf(llvm::Error err) {
   int code = static_cast<int>(ExitCode::Internal);
@@ -62,8 +76,15 @@ static llvm::Error run(Comm &comm) {
   opts.seed = seedOpt;
   opts.learningRate = lrOpt;
   opts.dumpWeightsDir = dumpOpt;
+  opts.backend = backendOpt;
   if (auto err = opts.validate())
     return err;
+  std::vector<std::string> comms = builtCommBackends();
+  if (commOpt != "mpi" && commOpt != "nccl")
+    return inputError("--comm '{}': expected mpi or nccl", commOpt.getValue());
+  if (std::find(comms.begin(), comms.end(), commOpt.getValue()) ==
+      comms.end())
+    return inputError("--comm '{}': not built in", commOpt.getValue());
   auto plan = readPlan(planPath);
   if (!plan)
     return plan.takeError();
@@ -122,16 +143,34 @@ static llvm::Error run(Comm &comm) {
     return strategy.takeError();
   if (auto err = checkExecutable(*graph))
     return err;
+  if (auto err = prepareBackend(opts, comm))
+    return err;
+  std::unique_ptr<Comm> nccl;
+  if (commOpt == "nccl") {
+    auto c = createNcclComm(comm);
+    if (!c)
+      return c.takeError();
+    nccl = std::move(*c);
+  }
   if (comm.rank() == 0)
     llvm::outs() << fmt::format(
-        "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}), {} "
-        "steps, seed {}\n",
+        "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}, {}), "
+        "{} steps, seed {}\n",
         modelPath.getValue(), graph->numOps(), plan->inputs.batch,
         planPath.getValue(), plan->inputs.searcher, comm.size(),
-        comm.size() == 1 ? "" : "s", comm.name(), opts.steps, opts.seed);
-  auto steps = runTraining(*graph, *strategy, comm, opts);
-  if (!steps)
+        comm.size() == 1 ? "" : "s", opts.backend, commOpt.getValue(),
+        opts.steps, opts.seed);
+  auto steps = runTraining(*graph, *strategy, nccl ? *nccl : comm, opts);
+  if (!steps) {
+    // An error met by some ranks only (a GPU failure, an unwritable
+    // --dump-weights directory) would leave the others waiting.
+    if (comm.size() > 1) {
+      int code = reportError(steps.takeError(), "soap-run");
+      comm.abort(code);
+      return makeError(static_cast<ExitCode>(code), "aborted");
+    }
     return steps.takeError();
+  }
   if (comm.rank() == 0) {
     for (size_t k = 0; k < steps->size(); ++k)
       llvm::outs() << fmt::format("step {} loss {:.9g} time {:.6f} s\n", k + 1,

@@ -33,11 +33,17 @@ public:
   virtual void barrier() = 0;
   /// "single", "mpi", ...
   virtual std::string name() const = 0;
+  /// Ends every rank at once (MPI_Abort) after an error on this rank alone.
+  virtual void abort(int code);
 };
 
 /// The communicator of this process: MPI when soap-run was built with it
 /// (launched by mpirun or not), else a single rank. Initialises MPI.
 std::unique_ptr<Comm> createComm(int &argc, char **&argv);
+/// An NCCL communicator over the ranks of `mpi` (which bootstraps it), on
+/// the GPU numbered rank % device count; errors when NCCL or a GPU is
+/// missing. Built with NCCL and MPI only (builtCommBackends lists "nccl").
+llvm::Expected<std::unique_ptr<Comm>> createNcclComm(const Comm &mpi);
 /// Finalises what createComm initialised (MPI_Finalize).
 void finalizeComm(std::unique_ptr<Comm> comm);
 

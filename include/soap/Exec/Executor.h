@@ -32,6 +32,9 @@ struct ExecOptions {
   /// When set, rank 0 writes every final weight here (DIR/<name>.f32, raw
   /// little-endian float32, and DIR/weights.json listing name, file, shape).
   std::string dumpWeightsDir;
+  /// Kernel backend: "cpu", or "cuda" (contractions and element-wise ops on
+  /// the rank's GPU, the other ops on the CPU) when built with CUDA.
+  std::string backend = "cpu";
 
   llvm::Error validate() const;
 };
@@ -40,6 +43,14 @@ struct StepResult {
   double loss = 0;    ///< the sum of the graph's losses (valid on rank 0)
   double seconds = 0; ///< wall time of the step on rank 0
 };
+
+/// The kernel backends built in: "cpu", and "cuda" with CUDA.
+std::vector<std::string> builtKernelBackends();
+
+/// Readies the kernel backend on this rank (the CUDA backend picks the GPU
+/// numbered rank % device count); errors (exit code 2) without a GPU.
+/// runTraining calls it too.
+llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm);
 
 /// Whether the executor can run every op of `g` (an error names the first
 /// op it cannot: an unsupported kind, attribute or operand).

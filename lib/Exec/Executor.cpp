@@ -4,6 +4,7 @@
 // that read it and takes an SGD step on the elements it holds.
 #include "soap/Exec/Executor.h"
 
+#include "Assemble.h"
 #include "Kernels.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
@@ -77,26 +78,13 @@ namespace {
 
 using exec::Buf;
 using exec::Combine;
+using exec::Dst;
+using exec::Src;
 using exec::Task;
 
 bool contains(const std::vector<int> &v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
-
-/// A source of `assemble`: a box held (identically) by every rank in
-/// `ranks`; `buf` is set on those ranks.
-struct Src {
-  Box box;
-  std::vector<int> ranks;
-  const Buf *buf;
-};
-
-/// A destination: rank `rank` gets `box`; `out` is set on that rank.
-struct Dst {
-  Box box;
-  int rank;
-  Buf *out;
-};
 
 class Runner : public exec::StatsExchange {
 public:
@@ -133,7 +121,9 @@ private:
   }
 
   void assemble(const std::vector<Src> &srcs, const std::vector<Dst> &dsts,
-                Combine c);
+                Combine c) {
+    exec::assemble(comm_, srcs, dsts, c);
+  }
   void setUp();
   void initWeights();
   void fillLocal(const Value &v, const Box &box, Buf &out);
@@ -161,86 +151,6 @@ private:
   std::map<ValueId, std::vector<float>> weights_; // full copies, by value
   std::map<ValueId, int64_t> intRange_;           // integer inputs' range
 };
-
-void Runner::assemble(const std::vector<Src> &srcs,
-                      const std::vector<Dst> &dsts, Combine c) {
-  struct Piece {
-    size_t src;
-    Box region;
-    bool remote;
-    std::vector<float> recv;
-  };
-  std::vector<std::vector<Piece>> pieces(dsts.size());
-  std::vector<std::vector<float>> sendBufs;
-  std::vector<int> sendPeers, sendTags;
-  std::vector<std::pair<size_t, size_t>> recvPieces;
-  std::vector<int> recvPeers, recvTags;
-  int tag = 0;
-  for (size_t d = 0; d < dsts.size(); ++d) {
-    const Dst &dst = dsts[d];
-    for (size_t si = 0; si < srcs.size(); ++si) {
-      const Src &src = srcs[si];
-      if (src.box.rank() != dst.box.rank())
-        continue;
-      Box inter = src.box.intersect(dst.box);
-      if (inter.empty())
-        continue;
-      bool near = contains(src.ranks, dst.rank);
-      int sender = near ? dst.rank : src.ranks[0];
-      if (sender == dst.rank) {
-        if (dst.rank == me_)
-          pieces[d].push_back({si, inter, false, {}});
-        continue;
-      }
-      int t = tag++ % 32000;
-      if (sender == me_) {
-        assert(src.buf && "sender holds no data");
-        sendBufs.emplace_back(static_cast<size_t>(inter.volume()));
-        exec::packRegion(inter, src.box, src.buf->data.data(),
-                         sendBufs.back().data());
-        sendPeers.push_back(dst.rank);
-        sendTags.push_back(t);
-      }
-      if (dst.rank == me_) {
-        pieces[d].push_back(
-            {si, inter, true, std::vector<float>(inter.volume())});
-        recvPieces.push_back({d, pieces[d].size() - 1});
-        recvPeers.push_back(sender);
-        recvTags.push_back(t);
-      }
-    }
-  }
-  std::vector<Comm::Message> sends, recvs;
-  for (size_t k = 0; k < sendBufs.size(); ++k)
-    sends.push_back(
-        {sendPeers[k], sendTags[k], sendBufs[k].data(), sendBufs[k].size()});
-  for (size_t k = 0; k < recvPieces.size(); ++k) {
-    Piece &p = pieces[recvPieces[k].first][recvPieces[k].second];
-    recvs.push_back({recvPeers[k], recvTags[k], p.recv.data(), p.recv.size()});
-  }
-  if (!sends.empty() || !recvs.empty())
-    comm_.exchange(sends, recvs);
-  float init = c == Combine::Max ? -std::numeric_limits<float>::infinity() : 0;
-  std::vector<Buf> results(dsts.size());
-  for (size_t d = 0; d < dsts.size(); ++d) {
-    if (dsts[d].rank != me_)
-      continue;
-    Buf &res = results[d];
-    res.reset(dsts[d].box, init);
-    for (const Piece &p : pieces[d]) {
-      if (p.remote)
-        exec::combineRegion(p.region, p.region, p.recv.data(), res.box,
-                            res.data.data(), c);
-      else
-        exec::combineRegion(p.region, srcs[p.src].box,
-                            srcs[p.src].buf->data.data(), res.box,
-                            res.data.data(), c);
-    }
-  }
-  for (size_t d = 0; d < dsts.size(); ++d)
-    if (dsts[d].rank == me_)
-      *dsts[d].out = std::move(results[d]);
-}
 
 void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
                        Combine c) {

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Rewrite a soapc plan into one that splits every kind of loop: op k splits
-up to two loops by 2 (one every third op), preferring the classes S, A, P, R in an order that
-rotates with k (the loops that norms, softmax and the loss normalise over first),
-places its tiles on the devices starting at k mod N, and an op with two tiles
-runs each twice (replicas). Needs `soapc dump --format json` of the
-same model and batch.
+"""Rewrite a soapc plan into one that splits every kind of loop. Op k splits
+up to two loops by 2 (one loop every third op), preferring the classes S, A,
+P, R in an order that rotates with k, and the loops that norms, softmax and
+the loss normalise over before any other; it places its tiles on the devices
+from k mod N on, and an op with two tiles runs each twice (replicas). Needs
+`soapc dump --format json` of the same model and batch. Prints a summary.
 
     mixplan.py plan.json dump.json out.json"""
 import json

@@ -111,6 +111,7 @@ PointIter::PointIter(const OpSemantics &sem, const std::vector<Operand> &ops) {
         dm.coeff[t.loop] += t.coeff;
       dm.offset = m.offset;
       dm.divisor = m.divisor;
+      affine_ &= m.divisor == 1;
       dm.size = o.map->shape[d];
       dm.lo = o.box.lo[d];
       dm.hi = o.box.hi[d];

@@ -5,6 +5,7 @@
 #define SOAP_EXEC_TENSOR_H
 
 #include "soap/IR/Graph.h"
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <vector>
@@ -107,25 +108,42 @@ public:
       }
     }
     std::vector<int64_t> offs(n);
-    for (;;) {
-      for (size_t o = 0; o < n; ++o) {
-        const Op_ &op = ops_[o];
-        int64_t off = 0;
-        for (size_t d = 0; d < op.dims.size(); ++d) {
-          const Dim_ &dm = op.dims[d];
-          int64_t v = vals[o][d];
-          int64_t idx = dm.divisor == 1 ? v : floorDivI(v, dm.divisor);
-          if (idx < 0 || idx >= dm.size) {
-            off = -1;
-            break;
-          }
-          assert(idx >= dm.lo && idx < dm.hi && "point outside its buffer");
-          off += (idx - dm.lo) * dm.stride;
-        }
-        offs[o] = off;
-      }
+    if (L == 0) {
+      for (size_t o = 0; o < n; ++o)
+        offs[o] = offsetAt(ops_[o], vals[o]);
       f(offs.data());
-      size_t l = L;
+      return;
+    }
+    // The last loop runs innermost as arithmetic progressions: per operand
+    // a start offset, a step, and the range of steps that stay in bounds.
+    size_t last = L - 1;
+    int64_t extent = tile.hi[last] - tile.lo[last];
+    std::vector<int64_t> base(n), step(n), tlo(n), thi(n);
+    for (;;) {
+      if (affine_) {
+        for (size_t o = 0; o < n; ++o)
+          innerRange(ops_[o], vals[o], last, extent, base[o], step[o], tlo[o],
+                     thi[o]);
+        for (int64_t t = 0; t < extent; ++t) {
+          for (size_t o = 0; o < n; ++o)
+            offs[o] = t >= tlo[o] && t < thi[o] ? base[o] + step[o] * t : -1;
+          f(offs.data());
+        }
+      } else {
+        for (int64_t t = 0; t < extent; ++t) {
+          for (size_t o = 0; o < n; ++o) {
+            offs[o] = offsetAt(ops_[o], vals[o]);
+            for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+              vals[o][d] += ops_[o].dims[d].coeff[last];
+          }
+          f(offs.data());
+        }
+        for (size_t o = 0; o < n; ++o)
+          for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+            vals[o][d] -= ops_[o].dims[d].coeff[last] * extent;
+      }
+      // Advance the outer loops (odometer, last outer loop fastest).
+      size_t l = last;
       bool done = true;
       while (l > 0) {
         --l;
@@ -161,7 +179,57 @@ private:
   struct Op_ {
     std::vector<Dim_> dims;
   };
+
+  /// The buffer offset of the point whose dim values are `v`, or -1.
+  static int64_t offsetAt(const Op_ &op, const std::vector<int64_t> &v) {
+    int64_t off = 0;
+    for (size_t d = 0; d < op.dims.size(); ++d) {
+      const Dim_ &dm = op.dims[d];
+      int64_t idx = dm.divisor == 1 ? v[d] : floorDivI(v[d], dm.divisor);
+      if (idx < 0 || idx >= dm.size)
+        return -1;
+      assert(idx >= dm.lo && idx < dm.hi && "point outside its buffer");
+      off += (idx - dm.lo) * dm.stride;
+    }
+    return off;
+  }
+
+  /// For loop `l` stepping t = 0 .. extent-1 from the dim values `v`: the
+  /// offset at t = 0 (as if in bounds), its step, and the t range in bounds.
+  static void innerRange(const Op_ &op, const std::vector<int64_t> &v,
+                         size_t l, int64_t extent, int64_t &base,
+                         int64_t &step, int64_t &tlo, int64_t &thi) {
+    base = step = 0;
+    tlo = 0;
+    thi = extent;
+    for (size_t d = 0; d < op.dims.size(); ++d) {
+      const Dim_ &dm = op.dims[d];
+      int64_t c = dm.coeff[l];
+      base += (v[d] - dm.lo) * dm.stride;
+      step += c * dm.stride;
+      if (c == 0) {
+        if (v[d] < 0 || v[d] >= dm.size)
+          thi = 0;
+        continue;
+      }
+      // 0 <= v + c t <= size - 1
+      int64_t a, b;
+      if (c > 0) {
+        a = -floorDivI(v[d], c);                  // ceil(-v / c)
+        b = floorDivI(dm.size - 1 - v[d], c);
+      } else {
+        a = -floorDivI(dm.size - 1 - v[d], -c);   // ceil((v - size + 1) / -c)
+        b = floorDivI(v[d], -c);
+      }
+      tlo = std::max(tlo, a);
+      thi = std::min(thi, b + 1);
+    }
+    if (thi < tlo)
+      thi = tlo;
+  }
+
   std::vector<Op_> ops_;
+  bool affine_ = true; ///< every divisor is 1
 };
 
 /// One task of an op on this rank: tile `tile`, replica `replica`.

@@ -52,3 +52,8 @@ if config.soap_have_cuda:
     smi = shutil.which("nvidia-smi")
     if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
         config.available_features.add("gpu")
+# PyTorch as a reference for soap-run (test/cli/exec/torch.test); found, not
+# imported, so lit starts fast.
+import importlib.util
+if importlib.util.find_spec("torch") is not None:
+    config.available_features.add("torch")

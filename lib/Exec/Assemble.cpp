@@ -47,7 +47,7 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
         assert(src.buf && "sender holds no data");
         sendBufs.emplace_back(static_cast<size_t>(inter.volume()));
         packRegion(inter, src.box, src.buf->data.data(),
-                         sendBufs.back().data());
+                   sendBufs.back().data());
         sendPeers.push_back(dst.rank);
         sendTags.push_back(t);
       }
@@ -80,11 +80,10 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
     for (const Piece &p : pieces[d]) {
       if (p.remote)
         combineRegion(p.region, p.region, p.recv.data(), res.box,
-                            res.data.data(), c);
+                      res.data.data(), c);
       else
-        combineRegion(p.region, srcs[p.src].box,
-                            srcs[p.src].buf->data.data(), res.box,
-                            res.data.data(), c);
+        combineRegion(p.region, srcs[p.src].box, srcs[p.src].buf->data.data(),
+                      res.box, res.data.data(), c);
     }
   }
   for (size_t d = 0; d < dsts.size(); ++d)

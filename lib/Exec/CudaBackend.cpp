@@ -158,8 +158,8 @@ void contractionBackward(KernelCtx &ctx) {
     }
     DeviceBuf dy(t.gout[0]), a(t.in[0]), b(t.in[1]);
     DeviceBuf da(t.gin[0], false), db(t.gin[1], false);
-    cuda::contractionBackward(s, dy.get(), a.get(), b.get(), da.get(),
-                              db.get(), gemmAttr(ctx.op, "alpha"));
+    cuda::contractionBackward(s, dy.get(), a.get(), b.get(), da.get(), db.get(),
+                              gemmAttr(ctx.op, "alpha"));
     da.download(t.gin[0]);
     db.download(t.gin[1]);
     if (bias) {
@@ -179,19 +179,32 @@ struct FnOf {
 
 // Cast stays on the CPU (integer targets truncate there).
 const FnOf kDevFns[] = {
-    {"Add", cuda::DevFn::Add},         {"Sub", cuda::DevFn::Sub},
-    {"Mul", cuda::DevFn::Mul},         {"Div", cuda::DevFn::Div},
-    {"Pow", cuda::DevFn::Pow},         {"Max", cuda::DevFn::Max},
-    {"Min", cuda::DevFn::Min},         {"Where", cuda::DevFn::Where},
-    {"Equal", cuda::DevFn::Equal},     {"Less", cuda::DevFn::Less},
-    {"Greater", cuda::DevFn::Greater}, {"Relu", cuda::DevFn::Relu},
-    {"LeakyRelu", cuda::DevFn::LeakyRelu}, {"Gelu", cuda::DevFn::Gelu},
-    {"Sigmoid", cuda::DevFn::Sigmoid}, {"Tanh", cuda::DevFn::Tanh},
-    {"Erf", cuda::DevFn::Erf},         {"Exp", cuda::DevFn::Exp},
-    {"Log", cuda::DevFn::Log},         {"Sqrt", cuda::DevFn::Sqrt},
-    {"Reciprocal", cuda::DevFn::Reciprocal}, {"Neg", cuda::DevFn::Neg},
-    {"Abs", cuda::DevFn::Abs},         {"Not", cuda::DevFn::Not},
-    {"Identity", cuda::DevFn::Identity}, {"Expand", cuda::DevFn::Expand},
+    {"Add", cuda::DevFn::Add},
+    {"Sub", cuda::DevFn::Sub},
+    {"Mul", cuda::DevFn::Mul},
+    {"Div", cuda::DevFn::Div},
+    {"Pow", cuda::DevFn::Pow},
+    {"Max", cuda::DevFn::Max},
+    {"Min", cuda::DevFn::Min},
+    {"Where", cuda::DevFn::Where},
+    {"Equal", cuda::DevFn::Equal},
+    {"Less", cuda::DevFn::Less},
+    {"Greater", cuda::DevFn::Greater},
+    {"Relu", cuda::DevFn::Relu},
+    {"LeakyRelu", cuda::DevFn::LeakyRelu},
+    {"Gelu", cuda::DevFn::Gelu},
+    {"Sigmoid", cuda::DevFn::Sigmoid},
+    {"Tanh", cuda::DevFn::Tanh},
+    {"Erf", cuda::DevFn::Erf},
+    {"Exp", cuda::DevFn::Exp},
+    {"Log", cuda::DevFn::Log},
+    {"Sqrt", cuda::DevFn::Sqrt},
+    {"Reciprocal", cuda::DevFn::Reciprocal},
+    {"Neg", cuda::DevFn::Neg},
+    {"Abs", cuda::DevFn::Abs},
+    {"Not", cuda::DevFn::Not},
+    {"Identity", cuda::DevFn::Identity},
+    {"Expand", cuda::DevFn::Expand},
 };
 
 const FnOf *devFn(llvm::StringRef kind) {
@@ -270,8 +283,8 @@ void eltBackward(KernelCtx &ctx) {
   }
 }
 
-const Kernel *withCheck(llvm::StringRef kind, Kernel &k,
-                        void (*f)(KernelCtx &), void (*b)(KernelCtx &)) {
+const Kernel *withCheck(llvm::StringRef kind, Kernel &k, void (*f)(KernelCtx &),
+                        void (*b)(KernelCtx &)) {
   k = {findKernel(kind, "cpu")->check, f, b};
   return &k;
 }

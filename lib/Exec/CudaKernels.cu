@@ -97,33 +97,58 @@ constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
 
 __device__ float apply(DevFn fn, float alpha, const float *x) {
   switch (fn) {
-  case DevFn::Add: return x[0] + x[1];
-  case DevFn::Sub: return x[0] - x[1];
-  case DevFn::Mul: return x[0] * x[1];
-  case DevFn::Div: return x[0] / x[1];
-  case DevFn::Pow: return powf(x[0], x[1]);
-  case DevFn::Max: return fmaxf(x[0], x[1]);
-  case DevFn::Min: return fminf(x[0], x[1]);
-  case DevFn::Where: return x[0] != 0 ? x[1] : x[2];
-  case DevFn::Equal: return x[0] == x[1];
-  case DevFn::Less: return x[0] < x[1];
-  case DevFn::Greater: return x[0] > x[1];
-  case DevFn::Relu: return x[0] > 0 ? x[0] : 0.0f;
-  case DevFn::LeakyRelu: return x[0] > 0 ? x[0] : alpha * x[0];
-  case DevFn::Gelu: return 0.5f * x[0] * (1 + erff(x[0] * kInvSqrt2));
-  case DevFn::Sigmoid: return 1 / (1 + expf(-x[0]));
-  case DevFn::Tanh: return tanhf(x[0]);
-  case DevFn::Erf: return erff(x[0]);
-  case DevFn::Exp: return expf(x[0]);
-  case DevFn::Log: return logf(x[0]);
-  case DevFn::Sqrt: return sqrtf(x[0]);
-  case DevFn::Reciprocal: return 1 / x[0];
-  case DevFn::Neg: return -x[0];
-  case DevFn::Abs: return fabsf(x[0]);
-  case DevFn::Not: return x[0] == 0;
+  case DevFn::Add:
+    return x[0] + x[1];
+  case DevFn::Sub:
+    return x[0] - x[1];
+  case DevFn::Mul:
+    return x[0] * x[1];
+  case DevFn::Div:
+    return x[0] / x[1];
+  case DevFn::Pow:
+    return powf(x[0], x[1]);
+  case DevFn::Max:
+    return fmaxf(x[0], x[1]);
+  case DevFn::Min:
+    return fminf(x[0], x[1]);
+  case DevFn::Where:
+    return x[0] != 0 ? x[1] : x[2];
+  case DevFn::Equal:
+    return x[0] == x[1];
+  case DevFn::Less:
+    return x[0] < x[1];
+  case DevFn::Greater:
+    return x[0] > x[1];
+  case DevFn::Relu:
+    return x[0] > 0 ? x[0] : 0.0f;
+  case DevFn::LeakyRelu:
+    return x[0] > 0 ? x[0] : alpha * x[0];
+  case DevFn::Gelu:
+    return 0.5f * x[0] * (1 + erff(x[0] * kInvSqrt2));
+  case DevFn::Sigmoid:
+    return 1 / (1 + expf(-x[0]));
+  case DevFn::Tanh:
+    return tanhf(x[0]);
+  case DevFn::Erf:
+    return erff(x[0]);
+  case DevFn::Exp:
+    return expf(x[0]);
+  case DevFn::Log:
+    return logf(x[0]);
+  case DevFn::Sqrt:
+    return sqrtf(x[0]);
+  case DevFn::Reciprocal:
+    return 1 / x[0];
+  case DevFn::Neg:
+    return -x[0];
+  case DevFn::Abs:
+    return fabsf(x[0]);
+  case DevFn::Not:
+    return x[0] == 0;
   case DevFn::Cast:
   case DevFn::Identity:
-  case DevFn::Expand: return x[0];
+  case DevFn::Expand:
+    return x[0];
   }
   return 0;
 }
@@ -131,35 +156,56 @@ __device__ float apply(DevFn fn, float alpha, const float *x) {
 __device__ float partial(DevFn fn, float alpha, const float *x, float y,
                          int i) {
   switch (fn) {
-  case DevFn::Add: return 1;
-  case DevFn::Sub: return i == 0 ? 1.0f : -1.0f;
-  case DevFn::Mul: return x[1 - i];
-  case DevFn::Div: return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
-  case DevFn::Pow: return i == 0 ? x[1] * powf(x[0], x[1] - 1) : y * logf(x[0]);
-  case DevFn::Max: return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
-  case DevFn::Min: return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
-  case DevFn::Where: return i == 0 ? 0.0f : (i == 1) == (x[0] != 0) ? 1.0f : 0.0f;
+  case DevFn::Add:
+    return 1;
+  case DevFn::Sub:
+    return i == 0 ? 1.0f : -1.0f;
+  case DevFn::Mul:
+    return x[1 - i];
+  case DevFn::Div:
+    return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
+  case DevFn::Pow:
+    return i == 0 ? x[1] * powf(x[0], x[1] - 1) : y * logf(x[0]);
+  case DevFn::Max:
+    return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
+  case DevFn::Min:
+    return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
+  case DevFn::Where:
+    return i == 0 ? 0.0f : (i == 1) == (x[0] != 0) ? 1.0f : 0.0f;
   case DevFn::Equal:
   case DevFn::Less:
   case DevFn::Greater:
-  case DevFn::Not: return 0;
-  case DevFn::Relu: return x[0] > 0 ? 1.0f : 0.0f;
-  case DevFn::LeakyRelu: return x[0] > 0 ? 1.0f : alpha;
+  case DevFn::Not:
+    return 0;
+  case DevFn::Relu:
+    return x[0] > 0 ? 1.0f : 0.0f;
+  case DevFn::LeakyRelu:
+    return x[0] > 0 ? 1.0f : alpha;
   case DevFn::Gelu:
     return 0.5f * (1 + erff(x[0] * kInvSqrt2)) +
            x[0] * kInvSqrt2Pi * expf(-0.5f * x[0] * x[0]);
-  case DevFn::Sigmoid: return y * (1 - y);
-  case DevFn::Tanh: return 1 - y * y;
-  case DevFn::Erf: return kTwoOverSqrtPi * expf(-x[0] * x[0]);
-  case DevFn::Exp: return y;
-  case DevFn::Log: return 1 / x[0];
-  case DevFn::Sqrt: return 0.5f / y;
-  case DevFn::Reciprocal: return -y * y;
-  case DevFn::Neg: return -1;
-  case DevFn::Abs: return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
+  case DevFn::Sigmoid:
+    return y * (1 - y);
+  case DevFn::Tanh:
+    return 1 - y * y;
+  case DevFn::Erf:
+    return kTwoOverSqrtPi * expf(-x[0] * x[0]);
+  case DevFn::Exp:
+    return y;
+  case DevFn::Log:
+    return 1 / x[0];
+  case DevFn::Sqrt:
+    return 0.5f / y;
+  case DevFn::Reciprocal:
+    return -y * y;
+  case DevFn::Neg:
+    return -1;
+  case DevFn::Abs:
+    return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
   case DevFn::Cast:
   case DevFn::Identity:
-  case DevFn::Expand: return 1;
+  case DevFn::Expand:
+    return 1;
   }
   return 0;
 }
@@ -191,7 +237,8 @@ __global__ void kEltBwd(DevSpace s, DevFn fn, float alpha, int n,
       x[i] = xs[i][o[1 + i]];
     for (int i = 0; i < n; ++i)
       if (dxs[i])
-        atomicAdd(dxs[i] + o[1 + i], partial(fn, alpha, x, y[o[0]], i) * dy[o[0]]);
+        atomicAdd(dxs[i] + o[1 + i],
+                  partial(fn, alpha, x, y[o[0]], i) * dy[o[0]]);
   }
 }
 
@@ -229,8 +276,8 @@ void eltBackward(const DevSpace &s, DevFn fn, float alpha, int n,
                  const float *y, const float *dy, const float *x0,
                  const float *x1, const float *x2, float *dx0, float *dx1,
                  float *dx2) {
-  kEltBwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, n, y, dy, x0, x1, x2,
-                                         dx0, dx1, dx2);
+  kEltBwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, n, y, dy, x0, x1, x2, dx0,
+                                        dx1, dx2);
 }
 
 const char *lastError() {

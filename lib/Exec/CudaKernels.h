@@ -38,9 +38,33 @@ struct DevSpace {
 
 /// Element-wise functions, numbered as in the CPU kernels' table.
 enum class DevFn : int {
-  Add, Sub, Mul, Div, Pow, Max, Min, Where, Equal, Less, Greater, Relu,
-  LeakyRelu, Gelu, Sigmoid, Tanh, Erf, Exp, Log, Sqrt, Reciprocal, Neg, Abs,
-  Not, Cast, Identity, Expand
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  Where,
+  Equal,
+  Less,
+  Greater,
+  Relu,
+  LeakyRelu,
+  Gelu,
+  Sigmoid,
+  Tanh,
+  Erf,
+  Exp,
+  Log,
+  Sqrt,
+  Reciprocal,
+  Neg,
+  Abs,
+  Not,
+  Cast,
+  Identity,
+  Expand
 };
 
 // Launchers: device pointers; operand 0 is the output. Sums go through

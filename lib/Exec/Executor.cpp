@@ -58,8 +58,8 @@ llvm::Error checkExecutable(const Graph &g) {
       auto n = v.shape.numElements();
       if (v.kind == ValueKind::Constant && v.data.size() != 1 &&
           (!n || static_cast<int64_t>(v.data.size()) != *n))
-        return inputError("{}: constant '{}' has no known data",
-                          g.where(op.id), v.name);
+        return inputError("{}: constant '{}' has no known data", g.where(op.id),
+                          v.name);
     }
     if (auto err = k->check(g, op))
       return inputError("{}: {}", g.where(op.id), toString(std::move(err)));
@@ -88,8 +88,7 @@ bool contains(const std::vector<int> &v, int x) {
 
 class Runner : public exec::StatsExchange {
 public:
-  Runner(const Graph &g, const Strategy &s, Comm &comm,
-         const ExecOptions &opts)
+  Runner(const Graph &g, const Strategy &s, Comm &comm, const ExecOptions &opts)
       : g_(g), s_(s), comm_(comm), opts_(opts), me_(comm.rank()) {}
 
   llvm::Expected<std::vector<StepResult>> run();
@@ -209,12 +208,13 @@ void Runner::setUp() {
       if (!fresh)
         it->second = std::min(it->second, range);
     };
-    if (op.kind == "SoftmaxCrossEntropyLoss")
-      note(1, g_.value(op.inputs[0]).shape[static_cast<size_t>(
-                  op.getInt("class_axis", 1) < 0
-                      ? op.getInt("class_axis", 1) +
-                            g_.value(op.inputs[0]).shape.rank()
-                      : op.getInt("class_axis", 1))]);
+    if (op.kind == "SoftmaxCrossEntropyLoss") {
+      const TensorShape &scores = g_.value(op.inputs[0]).shape;
+      int64_t axis = op.getInt("class_axis", 1);
+      if (axis < 0)
+        axis += static_cast<int64_t>(scores.rank());
+      note(1, scores[static_cast<size_t>(axis)]);
+    }
     if (op.kind == "Gather" && !op.sem.inputs[1].dims.empty())
       note(1, g_.value(op.inputs[0]).shape[0]);
   }
@@ -277,9 +277,8 @@ void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
     exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
       double u = hashUniform(opts_.seed, stream, flat);
       if (range != intRange_.end())
-        out.data[off] = static_cast<float>(
-            std::min<int64_t>(static_cast<int64_t>(u * range->second),
-                              range->second - 1));
+        out.data[off] = static_cast<float>(std::min<int64_t>(
+            static_cast<int64_t>(u * range->second), range->second - 1));
       else if (!isFloating(v.dtype))
         out.data[off] = u < 0.5 ? 0.0f : 1.0f;
       else
@@ -474,8 +473,8 @@ std::string fileNameOf(llvm::StringRef name) {
 
 llvm::Error Runner::dumpWeights() {
   if (me_ == 0)
-    if (std::error_code ec = llvm::sys::fs::create_directories(
-            opts_.dumpWeightsDir))
+    if (std::error_code ec =
+            llvm::sys::fs::create_directories(opts_.dumpWeightsDir))
       return inputError("{}: cannot create: {}", opts_.dumpWeightsDir,
                         ec.message());
   Json manifest = Json::array();
@@ -486,9 +485,8 @@ llvm::Error Runner::dumpWeights() {
     std::vector<Buf> held;
     // Reserve so the pointers in srcs stay valid.
     size_t n = 0;
-    forEachWeightTile(g_, w.id, [&](OpId u, int) {
-      n += plans_[u].tiles.size();
-    });
+    forEachWeightTile(g_, w.id,
+                      [&](OpId u, int) { n += plans_[u].tiles.size(); });
     held.reserve(n);
     forEachWeightTile(g_, w.id, [&](OpId u, int i) {
       for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
@@ -545,8 +543,7 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
     syncWeights();
     comm_.barrier();
     auto t1 = std::chrono::steady_clock::now();
-    results.push_back(
-        {loss, std::chrono::duration<double>(t1 - t0).count()});
+    results.push_back({loss, std::chrono::duration<double>(t1 - t0).count()});
   }
   if (!opts_.dumpWeightsDir.empty())
     if (auto err = dumpWeights())
@@ -564,9 +561,10 @@ llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm) {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<StepResult>>
-runTraining(const Graph &g, const Strategy &s, Comm &comm,
-            const ExecOptions &opts) {
+llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
+                                                    const Strategy &s,
+                                                    Comm &comm,
+                                                    const ExecOptions &opts) {
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   if (auto err = checkExecutable(g))

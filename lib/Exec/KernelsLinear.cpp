@@ -138,8 +138,8 @@ std::vector<float> poolCounts(KernelCtx &ctx, Task &t) {
   std::vector<float> cnt(t.out[0].size(), 0);
   bool includePad = ctx.op.getInt("count_include_pad", 0) != 0 ||
                     llvm::StringRef(ctx.op.kind).startswith("Global");
-  PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                     {&sem.inputs[0], t.in[0].box}});
+  PointIter it(
+      sem, {{&sem.outputs[0], t.out[0].box}, {&sem.inputs[0], t.in[0].box}});
   if (includePad) {
     // The whole window, also where a split cut it (GlobalAveragePool).
     double k = 1;
@@ -159,8 +159,8 @@ void poolForward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   bool isMax = isMaxPool(ctx.op);
   for (Task &t : ctx.tasks) {
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box}});
+    PointIter it(
+        sem, {{&sem.outputs[0], t.out[0].box}, {&sem.inputs[0], t.in[0].box}});
     float *y = t.out[0].data.data();
     const float *x = t.in[0].data.data();
     if (isMax) {
@@ -197,8 +197,8 @@ void poolBackward(KernelCtx &ctx) {
       continue;
     }
     std::vector<float> cnt = poolCounts(ctx, t);
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box}});
+    PointIter it(
+        sem, {{&sem.outputs[0], t.out[0].box}, {&sem.inputs[0], t.in[0].box}});
     it.run(t.loops, [&](const int64_t *o) {
       if (o[1] >= 0)
         dx[o[1]] += dy[o[0]] / cnt[o[0]];
@@ -227,8 +227,8 @@ void reduceForward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   float s = reduceScale(ctx.op);
   for (Task &t : ctx.tasks) {
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box}});
+    PointIter it(
+        sem, {{&sem.outputs[0], t.out[0].box}, {&sem.inputs[0], t.in[0].box}});
     float *y = t.out[0].data.data();
     const float *x = t.in[0].data.data();
     it.run(t.loops, [&](const int64_t *o) { y[o[0]] += x[o[1]]; });
@@ -242,15 +242,16 @@ void reduceBackward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   float s = reduceScale(ctx.op);
   for (Task &t : ctx.tasks) {
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box}});
+    PointIter it(
+        sem, {{&sem.outputs[0], t.out[0].box}, {&sem.inputs[0], t.in[0].box}});
     const float *dy = t.gout[0].data.data();
     float *dx = t.gin[0].data.data();
     it.run(t.loops, [&](const int64_t *o) { dx[o[1]] += dy[o[0]] * s; });
   }
 }
 
-// --- Gather (embedding lookup along axis 0) -----------------------------------
+// --- Gather (embedding lookup along axis 0)
+// -----------------------------------
 
 bool scalarGather(const Op &op) { return op.sem.inputs[1].dims.empty(); }
 
@@ -341,8 +342,8 @@ const Kernel *findKernel(llvm::StringRef kind, llvm::StringRef backend) {
     if (const Kernel *k = findCudaKernel(kind))
       return k;
 #endif
-  for (auto *f : {findLinearKernel, findPointwiseKernel, findNormKernel,
-                  findShapeKernel})
+  for (auto *f :
+       {findLinearKernel, findPointwiseKernel, findNormKernel, findShapeKernel})
     if (const Kernel *k = f(kind))
       return k;
   return nullptr;

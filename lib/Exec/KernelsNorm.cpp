@@ -113,7 +113,8 @@ void normForward(KernelCtx &ctx) {
     for (float &v : var[k].data)
       v = 1 / std::sqrt(v * inv + eps);
     iter(t, var[k]).run(t.loops, [&](const int64_t *o) {
-      float xhat = (t.in[0].data[o[0]] - mean[k].data[o[1]]) * var[k].data[o[1]];
+      float xhat =
+          (t.in[0].data[o[0]] - mean[k].data[o[1]]) * var[k].data[o[1]];
       float y = xhat * t.in[1].data[o[3]];
       t.out[0].data[o[2]] = hasBias ? y + t.in[2].data[o[4]] : y;
     });
@@ -242,8 +243,8 @@ void softmaxBackward(KernelCtx &ctx) {
     Task &t = ctx.tasks[k];
     iter(t, s[k]).run(t.loops, [&](const int64_t *o) {
       float dy = t.gout[0].data[o[2]], y = t.out[0].data[o[2]];
-      t.gin[0].data[o[0]] += log ? dy - std::exp(y) * s[k].data[o[1]]
-                                 : y * (dy - s[k].data[o[1]]);
+      t.gin[0].data[o[0]] +=
+          log ? dy - std::exp(y) * s[k].data[o[1]] : y * (dy - s[k].data[o[1]]);
     });
   }
 }

@@ -13,9 +13,33 @@ namespace exec {
 namespace {
 
 enum class Fn {
-  Add, Sub, Mul, Div, Pow, Max, Min, Where, Equal, Less, Greater, Relu,
-  LeakyRelu, Gelu, Sigmoid, Tanh, Erf, Exp, Log, Sqrt, Reciprocal, Neg, Abs,
-  Not, Cast, Identity, Expand
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  Where,
+  Equal,
+  Less,
+  Greater,
+  Relu,
+  LeakyRelu,
+  Gelu,
+  Sigmoid,
+  Tanh,
+  Erf,
+  Exp,
+  Log,
+  Sqrt,
+  Reciprocal,
+  Neg,
+  Abs,
+  Not,
+  Cast,
+  Identity,
+  Expand
 };
 
 struct FnName {
@@ -24,19 +48,32 @@ struct FnName {
 };
 
 const FnName kFns[] = {
-    {"Add", Fn::Add},         {"Sub", Fn::Sub},
-    {"Mul", Fn::Mul},         {"Div", Fn::Div},
-    {"Pow", Fn::Pow},         {"Max", Fn::Max},
-    {"Min", Fn::Min},         {"Where", Fn::Where},
-    {"Equal", Fn::Equal},     {"Less", Fn::Less},
-    {"Greater", Fn::Greater}, {"Relu", Fn::Relu},
-    {"LeakyRelu", Fn::LeakyRelu}, {"Gelu", Fn::Gelu},
-    {"Sigmoid", Fn::Sigmoid}, {"Tanh", Fn::Tanh},
-    {"Erf", Fn::Erf},         {"Exp", Fn::Exp},
-    {"Log", Fn::Log},         {"Sqrt", Fn::Sqrt},
-    {"Reciprocal", Fn::Reciprocal}, {"Neg", Fn::Neg},
-    {"Abs", Fn::Abs},         {"Not", Fn::Not},
-    {"Cast", Fn::Cast},       {"Identity", Fn::Identity},
+    {"Add", Fn::Add},
+    {"Sub", Fn::Sub},
+    {"Mul", Fn::Mul},
+    {"Div", Fn::Div},
+    {"Pow", Fn::Pow},
+    {"Max", Fn::Max},
+    {"Min", Fn::Min},
+    {"Where", Fn::Where},
+    {"Equal", Fn::Equal},
+    {"Less", Fn::Less},
+    {"Greater", Fn::Greater},
+    {"Relu", Fn::Relu},
+    {"LeakyRelu", Fn::LeakyRelu},
+    {"Gelu", Fn::Gelu},
+    {"Sigmoid", Fn::Sigmoid},
+    {"Tanh", Fn::Tanh},
+    {"Erf", Fn::Erf},
+    {"Exp", Fn::Exp},
+    {"Log", Fn::Log},
+    {"Sqrt", Fn::Sqrt},
+    {"Reciprocal", Fn::Reciprocal},
+    {"Neg", Fn::Neg},
+    {"Abs", Fn::Abs},
+    {"Not", Fn::Not},
+    {"Cast", Fn::Cast},
+    {"Identity", Fn::Identity},
     {"Expand", Fn::Expand},
 };
 
@@ -75,34 +112,59 @@ constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
 
 float apply(const Params &p, const float *x) {
   switch (p.fn) {
-  case Fn::Add: return x[0] + x[1];
-  case Fn::Sub: return x[0] - x[1];
-  case Fn::Mul: return x[0] * x[1];
-  case Fn::Div: return x[0] / x[1];
-  case Fn::Pow: return std::pow(x[0], x[1]);
-  case Fn::Max: return std::max(x[0], x[1]);
-  case Fn::Min: return std::min(x[0], x[1]);
-  case Fn::Where: return x[0] != 0 ? x[1] : x[2];
-  case Fn::Equal: return x[0] == x[1];
-  case Fn::Less: return x[0] < x[1];
-  case Fn::Greater: return x[0] > x[1];
-  case Fn::Relu: return x[0] > 0 ? x[0] : 0.0f;
-  case Fn::LeakyRelu: return x[0] > 0 ? x[0] : p.alpha * x[0];
-  case Fn::Gelu: return 0.5f * x[0] * (1 + std::erf(x[0] * kInvSqrt2));
-  case Fn::Sigmoid: return 1 / (1 + std::exp(-x[0]));
-  case Fn::Tanh: return std::tanh(x[0]);
-  case Fn::Erf: return std::erf(x[0]);
-  case Fn::Exp: return std::exp(x[0]);
-  case Fn::Log: return std::log(x[0]);
-  case Fn::Sqrt: return std::sqrt(x[0]);
-  case Fn::Reciprocal: return 1 / x[0];
-  case Fn::Neg: return -x[0];
-  case Fn::Abs: return std::fabs(x[0]);
-  case Fn::Not: return x[0] == 0;
+  case Fn::Add:
+    return x[0] + x[1];
+  case Fn::Sub:
+    return x[0] - x[1];
+  case Fn::Mul:
+    return x[0] * x[1];
+  case Fn::Div:
+    return x[0] / x[1];
+  case Fn::Pow:
+    return std::pow(x[0], x[1]);
+  case Fn::Max:
+    return std::max(x[0], x[1]);
+  case Fn::Min:
+    return std::min(x[0], x[1]);
+  case Fn::Where:
+    return x[0] != 0 ? x[1] : x[2];
+  case Fn::Equal:
+    return x[0] == x[1];
+  case Fn::Less:
+    return x[0] < x[1];
+  case Fn::Greater:
+    return x[0] > x[1];
+  case Fn::Relu:
+    return x[0] > 0 ? x[0] : 0.0f;
+  case Fn::LeakyRelu:
+    return x[0] > 0 ? x[0] : p.alpha * x[0];
+  case Fn::Gelu:
+    return 0.5f * x[0] * (1 + std::erf(x[0] * kInvSqrt2));
+  case Fn::Sigmoid:
+    return 1 / (1 + std::exp(-x[0]));
+  case Fn::Tanh:
+    return std::tanh(x[0]);
+  case Fn::Erf:
+    return std::erf(x[0]);
+  case Fn::Exp:
+    return std::exp(x[0]);
+  case Fn::Log:
+    return std::log(x[0]);
+  case Fn::Sqrt:
+    return std::sqrt(x[0]);
+  case Fn::Reciprocal:
+    return 1 / x[0];
+  case Fn::Neg:
+    return -x[0];
+  case Fn::Abs:
+    return std::fabs(x[0]);
+  case Fn::Not:
+    return x[0] == 0;
   case Fn::Cast:
     return p.toBool ? (x[0] != 0) : p.toInt ? std::trunc(x[0]) : x[0];
   case Fn::Identity:
-  case Fn::Expand: return x[0];
+  case Fn::Expand:
+    return x[0];
   }
   return 0;
 }
@@ -110,37 +172,57 @@ float apply(const Params &p, const float *x) {
 /// d y / d x[i] at the point (y is the forward output there).
 float partial(const Params &p, const float *x, float y, size_t i) {
   switch (p.fn) {
-  case Fn::Add: return 1;
-  case Fn::Sub: return i == 0 ? 1.0f : -1.0f;
-  case Fn::Mul: return x[1 - i];
-  case Fn::Div: return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
+  case Fn::Add:
+    return 1;
+  case Fn::Sub:
+    return i == 0 ? 1.0f : -1.0f;
+  case Fn::Mul:
+    return x[1 - i];
+  case Fn::Div:
+    return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
   case Fn::Pow:
     return i == 0 ? x[1] * std::pow(x[0], x[1] - 1) : y * std::log(x[0]);
-  case Fn::Max: return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
-  case Fn::Min: return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
+  case Fn::Max:
+    return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
+  case Fn::Min:
+    return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
   case Fn::Where:
     return i == 0 ? 0.0f : (i == 1) == (x[0] != 0) ? 1.0f : 0.0f;
   case Fn::Equal:
   case Fn::Less:
   case Fn::Greater:
-  case Fn::Not: return 0;
-  case Fn::Relu: return x[0] > 0 ? 1.0f : 0.0f;
-  case Fn::LeakyRelu: return x[0] > 0 ? 1.0f : p.alpha;
+  case Fn::Not:
+    return 0;
+  case Fn::Relu:
+    return x[0] > 0 ? 1.0f : 0.0f;
+  case Fn::LeakyRelu:
+    return x[0] > 0 ? 1.0f : p.alpha;
   case Fn::Gelu:
     return 0.5f * (1 + std::erf(x[0] * kInvSqrt2)) +
            x[0] * kInvSqrt2Pi * std::exp(-0.5f * x[0] * x[0]);
-  case Fn::Sigmoid: return y * (1 - y);
-  case Fn::Tanh: return 1 - y * y;
-  case Fn::Erf: return kTwoOverSqrtPi * std::exp(-x[0] * x[0]);
-  case Fn::Exp: return y;
-  case Fn::Log: return 1 / x[0];
-  case Fn::Sqrt: return 0.5f / y;
-  case Fn::Reciprocal: return -y * y;
-  case Fn::Neg: return -1;
-  case Fn::Abs: return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
-  case Fn::Cast: return p.toInt || p.toBool ? 0.0f : 1.0f;
+  case Fn::Sigmoid:
+    return y * (1 - y);
+  case Fn::Tanh:
+    return 1 - y * y;
+  case Fn::Erf:
+    return kTwoOverSqrtPi * std::exp(-x[0] * x[0]);
+  case Fn::Exp:
+    return y;
+  case Fn::Log:
+    return 1 / x[0];
+  case Fn::Sqrt:
+    return 0.5f / y;
+  case Fn::Reciprocal:
+    return -y * y;
+  case Fn::Neg:
+    return -1;
+  case Fn::Abs:
+    return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
+  case Fn::Cast:
+    return p.toInt || p.toBool ? 0.0f : 1.0f;
   case Fn::Identity:
-  case Fn::Expand: return 1;
+  case Fn::Expand:
+    return 1;
   }
   return 0;
 }
@@ -198,7 +280,8 @@ void eltBackward(KernelCtx &ctx) {
 /// The ratio and whether the op drops at all (training_mode and ratio > 0).
 std::pair<float, bool> dropoutRatio(const Graph &g, const Op &op) {
   float ratio = static_cast<float>(op.getFloat("ratio", 0.5));
-  if (const Value *r = op.input(1) != kNoValue ? &g.value(op.input(1)) : nullptr)
+  if (const Value *r =
+          op.input(1) != kNoValue ? &g.value(op.input(1)) : nullptr)
     ratio = r->data.empty() ? ratio : static_cast<float>(r->data[0]);
   bool training = false;
   if (op.input(2) != kNoValue) {
@@ -231,8 +314,8 @@ template <class F> void dropoutWalk(KernelCtx &ctx, Task &t, F f) {
   PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
                      {&sem.inputs[0], t.in[0].box},
                      {&sem.outputs[0], whole}});
-  uint64_t stream = fnv1a(ctx.op.name) ^ (static_cast<uint64_t>(ctx.step) *
-                                           0x9E3779B97F4A7C15ull);
+  uint64_t stream = fnv1a(ctx.op.name) ^
+                    (static_cast<uint64_t>(ctx.step) * 0x9E3779B97F4A7C15ull);
   it.run(t.loops, [&](const int64_t *o) {
     bool keep = !on || hashUniform(ctx.seed, stream,
                                    static_cast<uint64_t>(o[2])) >= ratio;

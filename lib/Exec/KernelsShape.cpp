@@ -75,7 +75,8 @@ void moveBackward(KernelCtx &ctx) {
   }
 }
 
-// --- Reshape and friends -------------------------------------------------------
+// --- Reshape and friends
+// -------------------------------------------------------
 
 llvm::Error checkReshape(const Graph &g, const Op &op) {
   return llvm::Error::success();

@@ -196,9 +196,9 @@ private:
 
   /// For loop `l` stepping t = 0 .. extent-1 from the dim values `v`: the
   /// offset at t = 0 (as if in bounds), its step, and the t range in bounds.
-  static void innerRange(const Op_ &op, const std::vector<int64_t> &v,
-                         size_t l, int64_t extent, int64_t &base,
-                         int64_t &step, int64_t &tlo, int64_t &thi) {
+  static void innerRange(const Op_ &op, const std::vector<int64_t> &v, size_t l,
+                         int64_t extent, int64_t &base, int64_t &step,
+                         int64_t &tlo, int64_t &thi) {
     base = step = 0;
     tlo = 0;
     thi = extent;
@@ -215,10 +215,10 @@ private:
       // 0 <= v + c t <= size - 1
       int64_t a, b;
       if (c > 0) {
-        a = -floorDivI(v[d], c);                  // ceil(-v / c)
+        a = -floorDivI(v[d], c); // ceil(-v / c)
         b = floorDivI(dm.size - 1 - v[d], c);
       } else {
-        a = -floorDivI(dm.size - 1 - v[d], -c);   // ceil((v - size + 1) / -c)
+        a = -floorDivI(dm.size - 1 - v[d], -c); // ceil((v - size + 1) / -c)
         b = floorDivI(v[d], -c);
       }
       tlo = std::max(tlo, a);

@@ -5,8 +5,8 @@
 //   mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S]
 //   soap-run model.onnx plan.json            (a plan for one device)
 #include "soap/Exec/Executor.h"
-#include "soap/Import/OnnxImporter.h"
 #include "soap/IR/UnrollRnn.h"
+#include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Plan/Plan.h"
 #include "soap/Support/Error.h"
@@ -31,8 +31,8 @@ static cl::opt<uint64_t>
             cl::desc("Seed of the weights, inputs, labels and dropout masks "
                      "(drawn by global element index)"),
             cl::init(0), cl::cat(runCat));
-static cl::opt<double> lrOpt("lr", cl::desc("SGD learning rate"),
-                             cl::init(0.1), cl::cat(runCat));
+static cl::opt<double> lrOpt("lr", cl::desc("SGD learning rate"), cl::init(0.1),
+                             cl::cat(runCat));
 static cl::opt<std::string>
     dumpOpt("dump-weights",
             cl::desc("Write the final weights to this directory (rank 0): "
@@ -82,8 +82,7 @@ static llvm::Error run(Comm &comm) {
   std::vector<std::string> comms = builtCommBackends();
   if (commOpt != "mpi" && commOpt != "nccl")
     return inputError("--comm '{}': expected mpi or nccl", commOpt.getValue());
-  if (std::find(comms.begin(), comms.end(), commOpt.getValue()) ==
-      comms.end())
+  if (std::find(comms.begin(), comms.end(), commOpt.getValue()) == comms.end())
     return inputError("--comm '{}': not built in", commOpt.getValue());
   auto plan = readPlan(planPath);
   if (!plan)
@@ -114,15 +113,15 @@ static llvm::Error run(Comm &comm) {
     // Only the device count matters here: one rank per device.
     topo.setName(plan->topologyName);
     for (int64_t d = 0; d < plan->numDevices; ++d)
-      topo.addDevice(topo.addVertex(VertexKind::Device,
-                                    fmt::format("gpu{}", d), 0, 0),
-                     0, static_cast<uint32_t>(d), 0, 0);
+      topo.addDevice(
+          topo.addVertex(VertexKind::Device, fmt::format("gpu{}", d), 0, 0), 0,
+          static_cast<uint32_t>(d), 0, 0);
   }
   if (plan->numDevices != comm.size())
     return inputError("{}: /topology/devices: the plan is for {} devices "
                       "(topology '{}'); run it on as many ranks, not {}",
-                      planPath.getValue(), plan->numDevices,
-                      plan->topologyName, comm.size());
+                      planPath.getValue(), plan->numDevices, plan->topologyName,
+                      comm.size());
   ImportOptions io;
   io.batch = plan->inputs.batch;
   io.appendLoss = plan->inputs.appendLoss;

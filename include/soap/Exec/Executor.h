@@ -58,9 +58,10 @@ llvm::Error checkExecutable(const Graph &g);
 
 /// Runs opts.steps SGD steps of `g` under `s` (verified, with
 /// comm.size() devices). Every rank calls it; results are valid on rank 0.
-llvm::Expected<std::vector<StepResult>>
-runTraining(const Graph &g, const Strategy &s, Comm &comm,
-            const ExecOptions &opts);
+llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
+                                                    const Strategy &s,
+                                                    Comm &comm,
+                                                    const ExecOptions &opts);
 
 } // namespace soap
 

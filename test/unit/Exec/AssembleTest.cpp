@@ -119,8 +119,7 @@ TEST_CASE("assemble: sums and maxima of the covering sources, across ranks",
           float e = c == Combine::Sum ? 0.0f : -1e30f;
           for (size_t s = 0; s < srcs.size(); ++s) {
             const Box &sb = srcs[s].box;
-            if (i >= sb.lo[0] && i < sb.hi[0] && j >= sb.lo[1] &&
-                j < sb.hi[1])
+            if (i >= sb.lo[0] && i < sb.hi[0] && j >= sb.lo[1] && j < sb.hi[1])
               e = c == Combine::Sum ? e + value(s, i, j)
                                     : std::max(e, value(s, i, j));
           }

@@ -2,9 +2,9 @@
 // has a backward pass that matches central finite differences of its
 // forward pass along a random direction; a few forward results by hand.
 #include "Exec/Kernels.h"
-#include "soap/Exec/Executor.h"
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
+#include "soap/Exec/Executor.h"
 #include "soap/Support/Rng.h"
 #include <cmath>
 
@@ -35,14 +35,14 @@ Task wholeTask(const Graph &g, const Op &op, Rng &rng) {
     b.reset(op.sem.inputRegion(static_cast<int>(i), t.loops));
     int64_t range = 0;
     if (op.kind == "SoftmaxCrossEntropyLoss" && i == 1)
-      range = g.value(op.inputs[0]).shape[static_cast<size_t>(
-          op.getInt("class_axis", 1))];
+      range = g.value(op.inputs[0])
+                  .shape[static_cast<size_t>(op.getInt("class_axis", 1))];
     if (op.kind == "Gather" && i == 1)
       range = g.value(op.inputs[0]).shape[0];
     for (size_t k = 0; k < b.size(); ++k) {
       if (v.kind == ValueKind::Constant)
-        b.data[k] = static_cast<float>(v.data.size() == 1 ? v.data[0]
-                                                          : v.data[k]);
+        b.data[k] =
+            static_cast<float>(v.data.size() == 1 ? v.data[0] : v.data[k]);
       else if (range > 0)
         b.data[k] = static_cast<float>(rng.uniform(range));
       else
@@ -118,8 +118,8 @@ void checkGradients(const std::string &model, const Graph *given = nullptr) {
         continue;
       t.gin[i].reset(t.in[i].box);
       const Value &v = g->value(op.inputs[i]);
-      if (isFloating(v.dtype) && (v.kind == ValueKind::Weight ||
-                                  v.kind == ValueKind::Activation))
+      if (isFloating(v.dtype) &&
+          (v.kind == ValueKind::Weight || v.kind == ValueKind::Activation))
         diff.push_back(static_cast<int>(i));
     }
     {
@@ -183,10 +183,13 @@ TEST_CASE("Exec kernels: backward matches finite differences, other kinds",
   b.op("AveragePool", {x}, {{2, 4, 6, 6}},
        {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
   b.op("AveragePool", {x}, {{2, 4, 3, 3}},
-       {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-        {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", int64_t(1)}});
+       {{"kernel_shape", Ints{3, 3}},
+        {"strides", Ints{2, 2}},
+        {"pads", Ints{1, 1, 1, 1}},
+        {"count_include_pad", int64_t(1)}});
   b.op("MaxPool", {x}, {{2, 4, 3, 3}},
-       {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
+       {{"kernel_shape", Ints{3, 3}},
+        {"strides", Ints{2, 2}},
         {"pads", Ints{1, 1, 1, 1}}});
   b.op("GlobalMaxPool", {x}, {{2, 4, 1, 1}});
   b.op("Concat", {x, y}, {{2, 8, 6, 6}}, {{"axis", int64_t(1)}});
@@ -279,9 +282,9 @@ TEST_CASE("Exec kernels: softmax rows sum to one, layer norm rows are "
 TEST_CASE("Exec: every op of the zoo's CNNs, MLP and BERT has a kernel; "
           "LSTMs do not, nor GPT-2's mask the importer keeps no data of",
           "[exec][kernels]") {
-  for (const char *m : {"lenet", "alexnet", "vgg16", "resnet101",
-                        "inception_v3", "wide_resnet101_2", "mlp",
-                        "transformer"}) {
+  for (const char *m :
+       {"lenet", "alexnet", "vgg16", "resnet101", "inception_v3",
+        "wide_resnet101_2", "mlp", "transformer"}) {
     INFO(m);
     auto g = test::zooModel(m, 2);
     llvm::Error err = checkExecutable(*g);

@@ -6,13 +6,21 @@ the loss normalise over before any other; it places its tiles on the devices
 from k mod N on, and an op with two tiles runs each twice (replicas). Needs
 `soapc dump --format json` of the same model and batch. Prints a summary.
 
-    mixplan.py plan.json dump.json out.json"""
+    mixplan.py plan.json dump.json out.json [KIND:LOOP=DEGREE ...]
+
+Each KIND:LOOP=DEGREE then splits every op of that kind along that loop alone
+(say Gather:v=4, an embedding split by vocabulary)."""
 import json
 import sys
 
 
 def main():
-    plan_path, dump_path, out_path = sys.argv[1:]
+    plan_path, dump_path, out_path = sys.argv[1:4]
+    forced = {}
+    for arg in sys.argv[4:]:
+        kind, split = arg.split(":")
+        loop, degree = split.split("=")
+        forced[kind] = (loop, int(degree))
     with open(plan_path) as f:
         plan = json.load(f)
     with open(dump_path) as f:
@@ -45,6 +53,11 @@ def main():
         op["loops"] = {l["name"]: 2 for l in split}
         op["replicas"] = replicas
         op["devices"] = [(k + t) % n for t in range(tiles * replicas)]
+        if op["kind"] in forced:
+            loop, degree = forced[op["kind"]]
+            op["loops"] = {loop: degree}
+            op["replicas"] = 1
+            op["devices"] = [(k + t) % n for t in range(degree)]
     print("mixplan: %d ops; splits %s; statistics split in %d ops; "
           "%d ops replicated" % (len(plan["ops"]), " ".join(
               "%s:%d" % (c, classes[c]) for c in order), nstat, replicated))

@@ -3,6 +3,7 @@
 
 #include "soap/Support/Error.h"
 #include <cassert>
+#include <cstdlib>
 #ifdef SOAP_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -68,6 +69,13 @@ private:
 std::unique_ptr<Comm> createComm(int &argc, char **&argv) {
 #ifdef SOAP_HAVE_MPI
   MPI_Init(&argc, &argv);
+  // --help and --version exit from the option parser: finalise there too.
+  std::atexit([] {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done)
+      MPI_Finalize();
+  });
   return std::make_unique<MpiComm>();
 #else
   return std::make_unique<SingleComm>();

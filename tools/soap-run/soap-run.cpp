@@ -183,6 +183,9 @@ static llvm::Error run(Comm &comm) {
 
 int main(int argc, char **argv) {
   std::unique_ptr<Comm> comm = createComm(argc, argv);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "soap-run 0.1.0 — the reference executor of soapc plans\n";
+  });
   cl::HideUnrelatedOptions(runCat);
   std::string overview =
       "soap-run: run SGD steps of a model under a soapc plan, one rank per "

@@ -1,0 +1,527 @@
+// soap-profile: fills a cost database (profiles/<device>.json) by measuring,
+// on a CUDA GPU, the op-tile signatures the searchers will ask for; lists
+// those signatures without a GPU; merges databases; replays plans' compute.
+//   soap-profile model.onnx... --topology T [--devices 8,16] -o profiles/h100-sxm.json
+//   soap-profile --list model.onnx... --topology T [--devices 8,16] [--profile P]
+//   soap-profile --merge a.json b.json... -o out.json
+//   soap-profile --replay plan.json... [--profile P] -o replay.json
+#include "Replay.h"
+#include "SignatureSet.h"
+#include "soap/Cost/CostDatabase.h"
+#include "soap/Machine/TopologyLoader.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Format.h"
+#include "soap/Support/Json.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+#include <chrono>
+
+#if SOAP_HAVE_CUDA
+#include "GpuSession.h"
+#endif
+
+using namespace soap;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory cat("soap-profile options");
+
+static cl::list<std::string> inputs(cl::Positional,
+                                    cl::desc("<model.onnx | profile.json | "
+                                             "plan.json>..."),
+                                    cl::cat(cat));
+static cl::opt<bool> listMode("list",
+                              cl::desc("Print the signatures (or, with "
+                                       "--replay, the tasks) and their "
+                                       "counts; measure nothing"),
+                              cl::cat(cat));
+static cl::opt<bool> mergeMode("merge",
+                               cl::desc("Merge the given profiles in order "
+                                        "(later entries win) into -o"),
+                               cl::cat(cat));
+static cl::opt<bool> replayMode(
+    "replay",
+    cl::desc("Run every device's compute tasks of the given plans on this "
+             "GPU in turn and write each task's measured time beside the "
+             "simulator's prediction"),
+    cl::cat(cat));
+static cl::opt<std::string> topologyOpt("topology",
+                                        cl::desc("Cluster description: its "
+                                                 "device type names the "
+                                                 "profile"),
+                                        cl::value_desc("cluster.json"),
+                                        cl::cat(cat));
+static cl::opt<std::string>
+    devicesOpt("devices",
+               cl::desc("Device counts whose configuration spaces to cover, "
+                        "e.g. 8,16 (default: the topology's)"),
+               cl::cat(cat));
+static cl::opt<int64_t> batchOpt("batch",
+                                 cl::desc("Samples per iteration (default: 64 "
+                                          "per device of each count)"),
+                                 cl::init(0), cl::cat(cat));
+static cl::opt<std::string> spaceOpt("space",
+                                     cl::desc("Configuration space: flexflow "
+                                              "or full"),
+                                     cl::init("flexflow"), cl::cat(cat));
+static cl::opt<bool> noLoss("no-loss",
+                            cl::desc("Do not append a loss (as soapc)"),
+                            cl::cat(cat));
+static cl::opt<bool> unrollRnn("unroll-rnn",
+                               cl::desc("Unroll LSTMs (as soapc)"),
+                               cl::cat(cat));
+static cl::opt<std::string>
+    profileOpt("profile",
+               cl::desc("A cost database: --list counts the signatures it "
+                        "has; --replay predicts with it"),
+               cl::value_desc("profile.json"), cl::cat(cat));
+static cl::opt<std::string> outputOpt("o", cl::desc("Output file"),
+                                      cl::value_desc("file.json"),
+                                      cl::cat(cat));
+enum class Format { Table, Json };
+static cl::opt<Format>
+    formatOpt("format", cl::desc("--list and --replay output"),
+              cl::values(clEnumValN(Format::Table, "table", "text"),
+                         clEnumValN(Format::Json, "json", "JSON")),
+              cl::init(Format::Table), cl::cat(cat));
+static cl::opt<int> warmupOpt("warmup",
+                              cl::desc("Untimed runs before timing"),
+                              cl::init(5), cl::cat(cat));
+static cl::opt<int> repeatsOpt("repeats",
+                               cl::desc("Timed runs; the median is kept"),
+                               cl::init(25), cl::cat(cat));
+static cl::opt<bool> tf32Opt("tf32",
+                             cl::desc("Allow TF32 tensor cores for f32 in "
+                                      "cuBLAS and cuDNN"),
+                             cl::cat(cat));
+static cl::opt<bool> flushL2Opt("flush-l2",
+                                cl::desc("Evict the L2 cache before every "
+                                         "timed run"),
+                                cl::cat(cat));
+static cl::opt<double>
+    timeLimitOpt("time-limit",
+                 cl::desc("Stop measuring after this many seconds, keeping "
+                          "what was measured (0: no limit)"),
+                 cl::init(0), cl::cat(cat));
+static cl::opt<bool> remeasureOpt("remeasure",
+                                  cl::desc("Measure signatures the output "
+                                           "profile already has"),
+                                  cl::cat(cat));
+static cl::opt<int> gpuOpt("gpu", cl::desc("CUDA device ordinal"),
+                           cl::init(0), cl::cat(cat));
+static cl::opt<bool> tasksOpt("tasks",
+                              cl::desc("--replay: write every task, not "
+                                       "only the totals"),
+                              cl::cat(cat));
+
+static llvm::Expected<EnumerateOptions> enumerateOptions() {
+  EnumerateOptions o;
+  o.models.assign(inputs.begin(), inputs.end());
+  if (batchOpt.getNumOccurrences() && batchOpt <= 0)
+    return inputError("--batch must be at least 1, got {}", int64_t(batchOpt));
+  o.batch = batchOpt;
+  if (!devicesOpt.empty()) {
+    auto d = parseDeviceCounts(devicesOpt);
+    if (!d)
+      return d.takeError();
+    o.deviceCounts = *d;
+  }
+  auto space = parseSpaceKind(spaceOpt);
+  if (!space)
+    return inputError("--space must be flexflow or full, got '{}'",
+                      spaceOpt.getValue());
+  o.space = *space;
+  o.unrollRnn = unrollRnn;
+  o.appendLoss = !noLoss;
+  if (auto err = o.validate())
+    return llvm::Error(std::move(err));
+  return o;
+}
+
+static llvm::Expected<Topology> topology() {
+  if (topologyOpt.empty())
+    return inputError("--topology is required");
+  return loadTopology(topologyOpt);
+}
+
+static llvm::Expected<std::optional<CostDatabase>>
+loadProfileFor(const std::string &path, llvm::StringRef device) {
+  if (path.empty())
+    return std::nullopt;
+  auto db = CostDatabase::load(path);
+  if (!db)
+    return db.takeError();
+  if (!device.empty() && db->env.device != device)
+    return inputError("{}: a profile of '{}', but the topology's devices are "
+                      "'{}'",
+                      path, db->env.device, device.str());
+  return std::optional<CostDatabase>(std::move(*db));
+}
+
+static llvm::Expected<SignatureSet> enumerateFromOptions(const Topology &t) {
+  auto o = enumerateOptions();
+  if (!o)
+    return o.takeError();
+  return SignatureSet::enumerate(*o, t.deviceSpec(),
+                                 static_cast<int64_t>(t.numDevices()));
+}
+
+static llvm::Error runList() {
+  auto t = topology();
+  if (!t)
+    return t.takeError();
+  auto db = loadProfileFor(profileOpt, t->deviceSpec().name);
+  if (!db)
+    return db.takeError();
+  auto set = enumerateFromOptions(*t);
+  if (!set)
+    return set.takeError();
+  size_t have = 0;
+  for (const auto &[sig, info] : set->signatures())
+    have += *db && (*db)->find(sig);
+  Json j = {{"device", t->deviceSpec().name.str()},
+            {"space", spaceOpt.getValue()},
+            {"signatures", set->signatures().size()}};
+  if (*db) {
+    j["profile"] = profileOpt.getValue();
+    j["in_profile"] = have;
+    j["missing"] = set->signatures().size() - have;
+  }
+  Json cov = Json::array();
+  for (const CoverageRow &r : set->coverage())
+    cov.push_back({{"model", r.model},
+                   {"devices", r.devices},
+                   {"batch", r.batch},
+                   {"ops", r.ops},
+                   {"shapes", r.shapes},
+                   {"signatures", r.signatures}});
+  j["coverage"] = cov;
+  j["kinds"] = set->kindCounts();
+  Json sigs = Json::array();
+  for (const auto &[sig, info] : set->signatures()) {
+    Json s = {{"signature", sig},
+              {"kind", info.kind},
+              {"tiles", info.tiles},
+              {"devices", info.deviceCounts}};
+    if (*db)
+      s["in_profile"] = (*db)->find(sig) != nullptr;
+    sigs.push_back(s);
+  }
+  j["list"] = sigs;
+  llvm::raw_ostream &os = llvm::outs();
+  if (formatOpt == Format::Json) {
+    os << dumpJson(j);
+    return llvm::Error::success();
+  }
+  os << "device: " << t->deviceSpec().name << "\nspace: " << spaceOpt
+     << "\n";
+  Table ct({"model", "devices", "batch", "ops", "split shapes", "signatures"},
+           {false, true, true, true, true, true});
+  for (const CoverageRow &r : set->coverage())
+    ct.addRow({r.model, std::to_string(r.devices), std::to_string(r.batch),
+               std::to_string(r.ops), withCommas(int64_t(r.shapes)),
+               withCommas(int64_t(r.signatures))});
+  ct.print(os);
+  os << "distinct signatures: " << set->signatures().size() << "\n";
+  if (*db)
+    os << fmt::format("in {}: {}, missing: {}\n", profileOpt.getValue(), have,
+                      set->signatures().size() - have);
+  os << "by kind:";
+  for (const auto &[kind, n] : set->kindCounts())
+    os << " " << kind << " " << n;
+  os << "\n";
+  for (const auto &[sig, info] : set->signatures())
+    os << (*db ? ((*db)->find(sig) ? "have " : "miss ") : "") << sig << "\n";
+  return llvm::Error::success();
+}
+
+static llvm::Error runMerge() {
+  if (inputs.size() < 2)
+    return inputError("--merge needs at least two profiles");
+  if (outputOpt.empty())
+    return inputError("--merge needs -o out.json");
+  CostDatabase out;
+  for (const std::string &p : inputs) {
+    auto db = CostDatabase::load(p);
+    if (!db)
+      return db.takeError();
+    if (auto err = out.merge(*db))
+      return inputError("{}: {}", p, errorMessage(std::move(err)));
+  }
+  if (auto err = out.save(outputOpt))
+    return err;
+  llvm::outs() << fmt::format("{}: {} kernels from {} profiles\n",
+                              outputOpt.getValue(), out.size(), inputs.size());
+  return llvm::Error::success();
+}
+
+static llvm::Expected<std::vector<ReplayPlan>>
+loadPlans(const CostDatabase *db) {
+  if (inputs.empty())
+    return inputError("--replay needs at least one plan");
+  std::vector<ReplayPlan> plans;
+  for (const std::string &p : inputs) {
+    auto rp = loadReplayPlan(p, topologyOpt, db);
+    if (!rp)
+      return rp.takeError();
+    plans.push_back(std::move(*rp));
+  }
+  return plans;
+}
+
+static void emitReplay(const Json &report) {
+  if (formatOpt == Format::Json)
+    llvm::outs() << dumpJson(report);
+  else
+    printReplayReport(report, llvm::outs());
+}
+
+#if SOAP_HAVE_CUDA
+
+/// The catalog entry a GPU's name belongs to: "NVIDIA H100 80GB HBM3" is an
+/// H100-SXM. Compared by the catalog name's model number.
+static bool gpuMatches(const std::string &gpu, llvm::StringRef catalog) {
+  llvm::StringRef model = catalog.split('-').first;
+  return llvm::StringRef(gpu).contains(model);
+}
+
+static llvm::Expected<std::unique_ptr<GpuSession>>
+openGpu(llvm::StringRef catalogName) {
+  MeasureOptions mo;
+  if (warmupOpt < 0 || repeatsOpt < 1)
+    return inputError("--warmup must be at least 0 and --repeats at least 1");
+  mo.warmup = warmupOpt;
+  mo.repeats = repeatsOpt;
+  mo.tf32 = tf32Opt;
+  mo.flushL2 = flushL2Opt;
+  auto gpu = GpuSession::open(gpuOpt, mo);
+  if (!gpu)
+    return gpu.takeError();
+  if (!gpuMatches((*gpu)->gpuName(), catalogName))
+    return inputError("the GPU is '{}', but the topology's devices are '{}': "
+                      "its profile would be misnamed",
+                      (*gpu)->gpuName(), catalogName.str());
+  return gpu;
+}
+
+static llvm::Error runMeasure() {
+  if (outputOpt.empty())
+    return inputError("measuring needs -o profiles/<device>.json");
+  auto t = topology();
+  if (!t)
+    return t.takeError();
+  std::string device = t->deviceSpec().name.str();
+  CostDatabase db;
+  if (llvm::sys::fs::exists(outputOpt)) {
+    auto old = loadProfileFor(outputOpt, device);
+    if (!old)
+      return old.takeError();
+    db = std::move(**old);
+  }
+  auto set = enumerateFromOptions(*t);
+  if (!set)
+    return set.takeError();
+  auto gpu = openGpu(device);
+  if (!gpu)
+    return gpu.takeError();
+  GpuSession &s = **gpu;
+  CostDatabase fresh;
+  fresh.env = s.environment(device);
+  if (auto err = db.merge(fresh)) // device and math agree, versions updated
+    return err;
+  auto bw = s.measureBandwidth();
+  if (!bw)
+    return bw.takeError();
+  db.memoryBandwidthBytesPerSec = *bw;
+  auto rates = s.measureGemmRates(8192);
+  if (!rates)
+    return rates.takeError();
+  db.gemmFlopsPerSec = *rates;
+  llvm::errs() << fmt::format("{}: copy {:.0f} GB/s; GEMM f32 {:.1f}, f16 "
+                              "{:.1f}, bf16 {:.1f} TFLOP/s\n",
+                              s.gpuName(), *bw / 1e9, (*rates)["f32"] / 1e12,
+                              (*rates)["f16"] / 1e12, (*rates)["bf16"] / 1e12);
+  auto begin = std::chrono::steady_clock::now();
+  auto last = begin;
+  size_t measured = 0, skipped = 0, have = 0, failed = 0;
+  std::map<std::string, size_t> methods;
+  for (const auto &[sig, info] : set->signatures()) {
+    if (!remeasureOpt && db.find(sig)) {
+      ++have;
+      continue;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (timeLimitOpt > 0 &&
+        std::chrono::duration<double>(now - begin).count() > timeLimitOpt) {
+      ++skipped;
+      continue;
+    }
+    const SignatureSite &site = info.site;
+    const Op &op = site.graph->op(site.op);
+    auto e = s.measure(*site.graph, op, site.tile, sig);
+    if (!e) {
+      ++failed;
+      llvm::errs() << "soap-profile: warning: " << sig << ": "
+                   << errorMessage(e.takeError()) << "\n";
+      continue;
+    }
+    db.add(sig, *e);
+    ++measured;
+    // Keep what is measured should the run be cut off.
+    if (std::chrono::duration<double>(now - last).count() > 30) {
+      if (auto err = db.save(outputOpt))
+        return err;
+      last = now;
+    }
+  }
+  if (auto err = db.save(outputOpt))
+    return err;
+  llvm::outs() << fmt::format(
+      "{}: {} signatures: {} measured, {} already there, {} left for a later "
+      "run (--time-limit), {} failed; {} kernels in all\n",
+      outputOpt.getValue(), set->signatures().size(), measured, have, skipped,
+      failed, db.size());
+  return llvm::Error::success();
+}
+
+static llvm::Error runReplay() {
+  auto db = loadProfileFor(profileOpt, "");
+  if (!db)
+    return db.takeError();
+  auto plans = loadPlans(*db ? &**db : nullptr);
+  if (!plans)
+    return plans.takeError();
+  std::string device = (*plans)[0].topo->deviceSpec().name.str();
+  auto gpu = openGpu(device);
+  if (!gpu)
+    return gpu.takeError();
+  GpuSession &s = **gpu;
+  const Pass fwd[] = {Pass::Forward};
+  const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
+  for (ReplayPlan &p : *plans) {
+    // One device at a time: its tiles' kernels are built, its task
+    // sequence is run warmup + repeats times, each task timed on its own.
+    size_t i = 0;
+    while (i < p.tasks.size()) {
+      size_t end = i;
+      while (end < p.tasks.size() && p.tasks[end].device == p.tasks[i].device)
+        ++end;
+      std::map<std::string, std::unique_ptr<TileBench>> benches;
+      for (size_t k = i; k < end; ++k) {
+        ReplayTask &rt = p.tasks[k];
+        if (benches.count(rt.signature))
+          continue;
+        auto b = s.prepare(*p.graph, p.graph->op(rt.op), rt.box, rt.signature);
+        if (!b)
+          return makeError(ExitCode::Internal, "{}: device {}: {}: {}", p.path,
+                           rt.device, rt.signature,
+                           errorMessage(b.takeError()));
+        benches[rt.signature] = std::move(*b);
+      }
+      std::vector<std::vector<double>> times(end - i);
+      int rounds = s.options().warmup + s.options().repeats;
+      for (int r = 0; r < rounds; ++r)
+        for (size_t k = i; k < end; ++k) {
+          ReplayTask &rt = p.tasks[k];
+          TileBench &b = *benches[rt.signature];
+          auto t = rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
+          if (!t)
+            return t.takeError();
+          if (r >= s.options().warmup)
+            times[k - i].push_back(*t);
+        }
+      for (size_t k = i; k < end; ++k) {
+        std::vector<double> &v = times[k - i];
+        std::sort(v.begin(), v.end());
+        size_t n = v.size();
+        p.tasks[k].measured = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+      }
+      i = end;
+    }
+  }
+  Json report = replayReport(*plans, s.environment(device), tasksOpt);
+  if (!outputOpt.empty())
+    if (auto err = writeFileAtomic(outputOpt, dumpJson(report)))
+      return err;
+  emitReplay(report);
+  return llvm::Error::success();
+}
+
+#else
+
+static llvm::Error noCuda() {
+  return inputError("measuring needs a GPU: this soap-profile was built "
+                    "without CUDA (SOAP_HAVE_CUDA is off)");
+}
+static llvm::Error runMeasure() {
+  // Inputs are checked first, so bad input is reported as such anywhere.
+  auto t = topology();
+  if (!t)
+    return t.takeError();
+  if (outputOpt.empty())
+    return inputError("measuring needs -o profiles/<device>.json");
+  auto set = enumerateFromOptions(*t);
+  if (!set)
+    return set.takeError();
+  return noCuda();
+}
+static llvm::Error runReplay() {
+  auto db = loadProfileFor(profileOpt, "");
+  if (!db)
+    return db.takeError();
+  auto plans = loadPlans(*db ? &**db : nullptr);
+  if (!plans)
+    return plans.takeError();
+  return noCuda();
+}
+
+#endif
+
+static llvm::Error runReplayList() {
+  auto db = loadProfileFor(profileOpt, "");
+  if (!db)
+    return db.takeError();
+  auto plans = loadPlans(*db ? &**db : nullptr);
+  if (!plans)
+    return plans.takeError();
+  ProfileEnvironment env;
+  env.device = (*plans)[0].topo->deviceSpec().name.str();
+  emitReplay(replayReport(*plans, env, tasksOpt));
+  return llvm::Error::success();
+}
+
+int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(cat);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "soap-profile 0.1.0 (CUDA " << (SOAP_HAVE_CUDA ? "on" : "off")
+       << ")\n";
+  });
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "soap-profile: measure the op tiles a strategy search asks for and "
+          "write a cost database\n\n"
+          "  soap-profile model.onnx... --topology T [--devices 8,16] -o "
+          "profiles/<device>.json\n"
+          "  soap-profile --list model.onnx... --topology T [--devices 8,16] "
+          "[--profile P]\n"
+          "  soap-profile --merge a.json b.json... -o out.json\n"
+          "  soap-profile --replay plan.json... [--profile P] [-o "
+          "replay.json]\n",
+          &llvm::errs()))
+    return static_cast<int>(ExitCode::InvalidInput);
+  llvm::Error err = llvm::Error::success();
+  if (int(listMode && !replayMode) + int(mergeMode) + int(replayMode) > 1)
+    err = inputError("--list, --merge and --replay exclude one another "
+                     "(except --replay --list)");
+  else if (mergeMode)
+    err = runMerge();
+  else if (replayMode)
+    err = listMode ? runReplayList() : runReplay();
+  else if (listMode)
+    err = runList();
+  else
+    err = runMeasure();
+  if (err)
+    return reportError(std::move(err), "soap-profile");
+  return 0;
+}

@@ -144,6 +144,7 @@ struct GpuSession::Impl {
   std::string name;
   uint64_t seed = 1;
   bool tf32 = false;
+  bool findAlgorithms = false;
 
   ~Impl() {
     if (e0)
@@ -463,6 +464,19 @@ void symmetricPad(int64_t region, int64_t before, int64_t after, int &extent,
   extent = int(region + std::max(before, after) - std::min(before, after));
 }
 
+/// The first algorithm that ran (or, from the heuristics, may run) within
+/// the workspace limit; cuDNN lists them fastest first.
+template <typename Perf, typename Algo>
+bool pick(const Perf *perf, int n, size_t limit, Algo &algo, size_t &ws) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit) {
+      algo = perf[i].algo;
+      ws = perf[i].memory;
+      return true;
+    }
+  return false;
+}
+
 class ConvBench : public TileBench {
 public:
   explicit ConvBench(Impl &s) : s_(s) {}
@@ -535,38 +549,49 @@ public:
           {&db, floatsOf(bd)}, {&dy, floatsOf(yd)}})
       if (auto err = s_.filled(*buf, n * 4))
         return err;
-    // The fastest algorithm of each pass, as frameworks' benchmark mode
-    // picks it.
+    // Each pass's algorithm: cuDNN's heuristics (frameworks' default), or
+    // with --cudnn-find the fastest by trial (their benchmark mode).
     size_t limit = s_.findWorkspaceLimit();
-    if (auto err = s_.ensureWorkspace(limit))
-      return err;
     int got = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[8];
-    SOAP_DNN(cudnnFindConvolutionForwardAlgorithmEx(
-        s_.dnn, x_.d, x.get(), w_, w.get(), conv_, y_.d, y.get(), 8, &got, fp,
-        s_.workspace.get(), s_.workspace.bytes()));
-    if (got < 1 || fp[0].status != CUDNN_STATUS_SUCCESS)
-      return makeError(ExitCode::Internal, "no forward convolution algorithm");
-    fwd_ = fp[0].algo;
-    wsF_ = fp[0].memory;
     cudnnConvolutionBwdDataAlgoPerf_t dp[8];
-    SOAP_DNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        s_.dnn, w_, w.get(), y_.d, dy.get(), conv_, x_.d, dx.get(), 8, &got,
-        dp, s_.workspace.get(), s_.workspace.bytes()));
-    if (got < 1 || dp[0].status != CUDNN_STATUS_SUCCESS)
-      return makeError(ExitCode::Internal,
-                       "no backward-data convolution algorithm");
-    bwdData_ = dp[0].algo;
-    wsD_ = dp[0].memory;
     cudnnConvolutionBwdFilterAlgoPerf_t wp[8];
-    SOAP_DNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        s_.dnn, x_.d, x.get(), y_.d, dy.get(), conv_, w_, dw.get(), 8, &got,
-        wp, s_.workspace.get(), s_.workspace.bytes()));
-    if (got < 1 || wp[0].status != CUDNN_STATUS_SUCCESS)
-      return makeError(ExitCode::Internal,
-                       "no backward-filter convolution algorithm");
-    bwdFilter_ = wp[0].algo;
-    wsW_ = wp[0].memory;
+    if (s_.findAlgorithms) {
+      if (auto err = s_.ensureWorkspace(limit))
+        return err;
+      void *ws = s_.workspace.get();
+      size_t wsb = s_.workspace.bytes();
+      SOAP_DNN(cudnnFindConvolutionForwardAlgorithmEx(
+          s_.dnn, x_.d, x.get(), w_, w.get(), conv_, y_.d, y.get(), 8, &got,
+          fp, ws, wsb));
+      if (!pick(fp, got, limit, fwd_, wsF_))
+        return makeError(ExitCode::Internal, "no forward algorithm");
+      SOAP_DNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          s_.dnn, w_, w.get(), y_.d, dy.get(), conv_, x_.d, dx.get(), 8, &got,
+          dp, ws, wsb));
+      if (!pick(dp, got, limit, bwdData_, wsD_))
+        return makeError(ExitCode::Internal, "no backward-data algorithm");
+      SOAP_DNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          s_.dnn, x_.d, x.get(), y_.d, dy.get(), conv_, w_, dw.get(), 8, &got,
+          wp, ws, wsb));
+      if (!pick(wp, got, limit, bwdFilter_, wsW_))
+        return makeError(ExitCode::Internal, "no backward-filter algorithm");
+    } else {
+      SOAP_DNN(cudnnGetConvolutionForwardAlgorithm_v7(s_.dnn, x_.d, w_, conv_,
+                                                      y_.d, 8, &got, fp));
+      if (!pick(fp, got, limit, fwd_, wsF_))
+        return makeError(ExitCode::Internal, "no forward algorithm");
+      SOAP_DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          s_.dnn, w_, y_.d, conv_, x_.d, 8, &got, dp));
+      if (!pick(dp, got, limit, bwdData_, wsD_))
+        return makeError(ExitCode::Internal, "no backward-data algorithm");
+      SOAP_DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          s_.dnn, x_.d, y_.d, conv_, w_, 8, &got, wp));
+      if (!pick(wp, got, limit, bwdFilter_, wsW_))
+        return makeError(ExitCode::Internal, "no backward-filter algorithm");
+    }
+    if (auto err = s_.ensureWorkspace(std::max({wsF_, wsD_, wsW_})))
+      return err;
     workspace = std::max({wsF_, wsD_, wsW_});
     return llvm::Error::success();
   }
@@ -763,6 +788,7 @@ GpuSession::open(int ordinal, const MeasureOptions &opts) {
   Impl &im = *s->impl_;
   im.device = ordinal;
   im.tf32 = opts.tf32;
+  im.findAlgorithms = opts.findAlgorithms;
   SOAP_CUDA(cudaSetDevice(ordinal));
   SOAP_CUDA(cudaGetDeviceProperties(&im.prop, ordinal));
   im.name = im.prop.name;
@@ -907,10 +933,13 @@ llvm::Expected<Seconds> GpuSession::timeOnce(TileBench &b, const Pass *passes,
 
 llvm::Expected<KernelEntry> GpuSession::measure(const Graph &g, const Op &op,
                                                 const Box &tile,
-                                                const std::string &signature) {
+                                                const std::string &signature,
+                                                std::string *method) {
   auto b = prepare(g, op, tile, signature);
   if (!b)
     return b.takeError();
+  if (method)
+    *method = (*b)->method();
   KernelEntry e;
   Seconds *out[3] = {&e.forward, &e.backwardData, &e.backwardWeight};
   std::vector<DType> inT, outT;

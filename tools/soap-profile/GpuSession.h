@@ -23,6 +23,9 @@ struct MeasureOptions {
   /// Evict the L2 cache before every timed run (cold inputs) instead of
   /// timing repeated runs over the same buffers.
   bool flushL2 = false;
+  /// Choose convolution algorithms by timing them all (cudnnFind...)
+  /// rather than by cuDNN's heuristics.
+  bool findAlgorithms = false;
 };
 
 /// The kernels of one op tile with their buffers allocated and filled.
@@ -63,9 +66,11 @@ public:
                                    int numPasses);
   /// A measured cost-database entry: the three passes plus the IR's FLOP
   /// and byte counts of the tile.
+  /// `method` (optional) receives how it was measured.
   llvm::Expected<KernelEntry> measure(const Graph &g, const Op &op,
                                       const Box &tile,
-                                      const std::string &signature);
+                                      const std::string &signature,
+                                      std::string *method = nullptr);
 
   /// Device memory bandwidth (bytes read + written per second) of the
   /// streaming kernel copying 1 GiB.

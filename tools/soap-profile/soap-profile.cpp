@@ -98,6 +98,10 @@ static cl::opt<bool> flushL2Opt("flush-l2",
                                 cl::desc("Evict the L2 cache before every "
                                          "timed run"),
                                 cl::cat(cat));
+static cl::opt<bool> cudnnFindOpt("cudnn-find",
+                                  cl::desc("Choose convolution algorithms by "
+                                           "timing them (slower to profile)"),
+                                  cl::cat(cat));
 static cl::opt<double>
     timeLimitOpt("time-limit",
                  cl::desc("Stop measuring after this many seconds, keeping "
@@ -264,6 +268,13 @@ loadPlans(const CostDatabase *db) {
     auto rp = loadReplayPlan(p, topologyOpt, db);
     if (!rp)
       return rp.takeError();
+    // One GPU measures them all: their devices must be of its type.
+    if (!plans.empty() && rp->topo->deviceSpec().name !=
+                              plans[0].topo->deviceSpec().name)
+      return inputError("{}: a plan for '{}' devices, but {} is for '{}': "
+                        "replay plans of one device type together",
+                        p, rp->topo->deviceSpec().name.str(), plans[0].path,
+                        plans[0].topo->deviceSpec().name.str());
     plans.push_back(std::move(*rp));
   }
   return plans;
@@ -294,6 +305,7 @@ openGpu(llvm::StringRef catalogName) {
   mo.repeats = repeatsOpt;
   mo.tf32 = tf32Opt;
   mo.flushL2 = flushL2Opt;
+  mo.findAlgorithms = cudnnFindOpt;
   auto gpu = GpuSession::open(gpuOpt, mo);
   if (!gpu)
     return gpu.takeError();
@@ -345,7 +357,21 @@ static llvm::Error runMeasure() {
   auto last = begin;
   size_t measured = 0, skipped = 0, have = 0, failed = 0;
   std::map<std::string, size_t> methods;
-  for (const auto &[sig, info] : set->signatures()) {
+  // Most-used signatures first, so a run cut short by --time-limit covers
+  // the most tiles; ties by signature.
+  std::vector<const std::pair<const std::string, SignatureInfo> *> order;
+  for (const auto &entry : set->signatures())
+    order.push_back(&entry);
+  std::stable_sort(order.begin(), order.end(), [](auto *a, auto *b) {
+    return a->second.tiles > b->second.tiles;
+  });
+  size_t done = 0;
+  for (const auto *entry : order) {
+    const std::string &sig = entry->first;
+    const SignatureInfo &info = entry->second;
+    if (++done % 100 == 0)
+      llvm::errs() << fmt::format("\r{} of {} signatures", done,
+                                  order.size());
     if (!remeasureOpt && db.find(sig)) {
       ++have;
       continue;
@@ -358,7 +384,8 @@ static llvm::Error runMeasure() {
     }
     const SignatureSite &site = info.site;
     const Op &op = site.graph->op(site.op);
-    auto e = s.measure(*site.graph, op, site.tile, sig);
+    std::string method;
+    auto e = s.measure(*site.graph, op, site.tile, sig, &method);
     if (!e) {
       ++failed;
       llvm::errs() << "soap-profile: warning: " << sig << ": "
@@ -367,6 +394,7 @@ static llvm::Error runMeasure() {
     }
     db.add(sig, *e);
     ++measured;
+    ++methods[info.kind + " by " + method];
     // Keep what is measured should the run be cut off.
     if (std::chrono::duration<double>(now - last).count() > 30) {
       if (auto err = db.save(outputOpt))
@@ -374,6 +402,8 @@ static llvm::Error runMeasure() {
       last = now;
     }
   }
+  if (done >= 100)
+    llvm::errs() << "\n";
   if (auto err = db.save(outputOpt))
     return err;
   llvm::outs() << fmt::format(
@@ -381,6 +411,8 @@ static llvm::Error runMeasure() {
       "run (--time-limit), {} failed; {} kernels in all\n",
       outputOpt.getValue(), set->signatures().size(), measured, have, skipped,
       failed, db.size());
+  for (const auto &[what, n] : methods)
+    llvm::outs() << fmt::format("  {} {}\n", what, n);
   return llvm::Error::success();
 }
 

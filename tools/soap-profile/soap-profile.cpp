@@ -111,6 +111,11 @@ static cl::opt<bool> remeasureOpt("remeasure",
                                   cl::desc("Measure signatures the output "
                                            "profile already has"),
                                   cl::cat(cat));
+static cl::opt<std::string>
+    deviceOpt("device",
+              cl::desc("Catalog name of the GPU measured, e.g. H200-SXM "
+                       "(default: the topology's device type)"),
+              cl::cat(cat));
 static cl::opt<int> gpuOpt("gpu", cl::desc("CUDA device ordinal"),
                            cl::init(0), cl::cat(cat));
 static cl::opt<bool> tasksOpt("tasks",
@@ -323,6 +328,12 @@ static llvm::Error runMeasure() {
   if (!t)
     return t.takeError();
   std::string device = t->deviceSpec().name.str();
+  if (!deviceOpt.empty()) {
+    if (!findDevice(deviceOpt))
+      return inputError("--device '{}' is not in the device catalog",
+                        deviceOpt.getValue());
+    device = deviceOpt;
+  }
   CostDatabase db;
   if (llvm::sys::fs::exists(outputOpt)) {
     auto old = loadProfileFor(outputOpt, device);
@@ -431,42 +442,76 @@ static llvm::Error runReplay() {
   const Pass fwd[] = {Pass::Forward};
   const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
   for (ReplayPlan &p : *plans) {
-    // One device at a time: its tiles' kernels are built, its task
-    // sequence is run warmup + repeats times, each task timed on its own.
+    // One device at a time, its tasks in simulated order.
     size_t i = 0;
     while (i < p.tasks.size()) {
       size_t end = i;
       while (end < p.tasks.size() && p.tasks[end].device == p.tasks[i].device)
         ++end;
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        size_t n = v.size();
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+      };
+      int warmup = s.options().warmup, repeats = s.options().repeats;
       std::map<std::string, std::unique_ptr<TileBench>> benches;
-      for (size_t k = i; k < end; ++k) {
+      bool together = true;
+      for (size_t k = i; k < end && together; ++k) {
         ReplayTask &rt = p.tasks[k];
         if (benches.count(rt.signature))
           continue;
         auto b = s.prepare(*p.graph, p.graph->op(rt.op), rt.box, rt.signature);
-        if (!b)
-          return makeError(ExitCode::Internal, "{}: device {}: {}: {}", p.path,
-                           rt.device, rt.signature,
-                           errorMessage(b.takeError()));
+        if (!b) {
+          // The device's tiles do not fit on this GPU at once (the replay
+          // keeps inputs and gradients of every tile): time each task on
+          // its own instead.
+          llvm::errs() << fmt::format(
+              "soap-profile: {}: device {}: {}; timing its tasks one at a "
+              "time\n",
+              p.path, rt.device, errorMessage(b.takeError()));
+          benches.clear();
+          together = false;
+          break;
+        }
         benches[rt.signature] = std::move(*b);
       }
-      std::vector<std::vector<double>> times(end - i);
-      int rounds = s.options().warmup + s.options().repeats;
-      for (int r = 0; r < rounds; ++r)
+      if (together) {
+        // The device's task sequence, run warmup + repeats times, each task
+        // timed on its own.
+        std::vector<std::vector<double>> times(end - i);
+        for (int r = 0; r < warmup + repeats; ++r)
+          for (size_t k = i; k < end; ++k) {
+            ReplayTask &rt = p.tasks[k];
+            TileBench &b = *benches[rt.signature];
+            auto t =
+                rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
+            if (!t)
+              return t.takeError();
+            if (r >= warmup)
+              times[k - i].push_back(*t);
+          }
+        for (size_t k = i; k < end; ++k)
+          p.tasks[k].measured = median(times[k - i]);
+      } else {
         for (size_t k = i; k < end; ++k) {
           ReplayTask &rt = p.tasks[k];
-          TileBench &b = *benches[rt.signature];
-          auto t = rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
-          if (!t)
-            return t.takeError();
-          if (r >= s.options().warmup)
-            times[k - i].push_back(*t);
+          auto b =
+              s.prepare(*p.graph, p.graph->op(rt.op), rt.box, rt.signature);
+          if (!b)
+            return makeError(ExitCode::Internal, "{}: device {}: {}: {}",
+                             p.path, rt.device, rt.signature,
+                             errorMessage(b.takeError()));
+          std::vector<double> v;
+          for (int r = 0; r < warmup + repeats; ++r) {
+            auto t = rt.backward ? s.timeOnce(**b, bwd, 2)
+                                 : s.timeOnce(**b, fwd, 1);
+            if (!t)
+              return t.takeError();
+            if (r >= warmup)
+              v.push_back(*t);
+          }
+          rt.measured = median(v);
         }
-      for (size_t k = i; k < end; ++k) {
-        std::vector<double> &v = times[k - i];
-        std::sort(v.begin(), v.end());
-        size_t n = v.size();
-        p.tasks[k].measured = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
       }
       i = end;
     }

@@ -5,6 +5,7 @@
 //   soap-profile --list model.onnx... --topology T [--devices 8,16] [--profile P]
 //   soap-profile --merge a.json b.json... -o out.json
 //   soap-profile --replay plan.json... [--profile P] -o replay.json
+#include "MeasurePlan.h"
 #include "Replay.h"
 #include "SignatureSet.h"
 #include "soap/Cost/CostDatabase.h"
@@ -186,8 +187,45 @@ static llvm::Error runList() {
   if (!set)
     return set.takeError();
   size_t have = 0;
-  for (const auto &[sig, info] : set->signatures())
+  std::map<std::string, size_t> methods;
+  std::map<std::string, const char *> methodOf;
+  for (const auto &[sig, info] : set->signatures()) {
     have += *db && (*db)->find(sig);
+    const SignatureSite &site = info.site;
+    const Op &op = site.graph->op(site.op);
+    const char *m = measureMethod(*site.graph, op, site.tile);
+    ++methods[m];
+    methodOf[sig] = m;
+    // The cuBLAS products must do the FLOPs the IR counts, else the
+    // measured time belongs to another computation.
+    // cuDNN's output for the geometry it is given must be the tile's.
+    if (auto w = planWindow(*site.graph, op, site.tile, sig))
+      if (w->output() != w->expectedOutput)
+        llvm::errs() << fmt::format(
+            "soap-profile: warning: {}: cuDNN would compute an output of {}, "
+            "the tile's is {}\n",
+            sig, fmt::join(w->output(), "x"),
+            fmt::join(w->expectedOutput, "x"));
+    // Forward alone, backward as a whole (the IR counts a product of two
+    // activations' second gradient as backward-weight; cuBLAS computes it
+    // with the first), up to the bias the IR counts too.
+    if (auto plan = planGemm(*site.graph, op, site.tile)) {
+      auto ir = [&](Pass p) { return op.sem.tileFlops(p, site.tile); };
+      double irF = ir(Pass::Forward),
+             irB = ir(Pass::BackwardData) + ir(Pass::BackwardWeight);
+      double libF = plan->flops(Pass::Forward),
+             libB = plan->flops(Pass::BackwardData) +
+                    plan->flops(Pass::BackwardWeight);
+      double slack = 2.0 * double(plan->batch * plan->m * plan->n);
+      for (auto [pass, a, b] : {std::tuple{"forward", libF, irF},
+                                {"backward", libB, irB}})
+        if (std::abs(a - b) > 0.01 * std::max(a, b) + slack)
+          llvm::errs() << fmt::format(
+              "soap-profile: warning: {}: the cuBLAS products of the {} "
+              "pass do {} FLOPs, the IR counts {}\n",
+              sig, pass, a, b);
+    }
+  }
   Json j = {{"device", t->deviceSpec().name.str()},
             {"space", spaceOpt.getValue()},
             {"signatures", set->signatures().size()}};
@@ -206,11 +244,13 @@ static llvm::Error runList() {
                    {"signatures", r.signatures}});
   j["coverage"] = cov;
   j["kinds"] = set->kindCounts();
+  j["methods"] = methods;
   Json sigs = Json::array();
   for (const auto &[sig, info] : set->signatures()) {
     Json s = {{"signature", sig},
               {"kind", info.kind},
               {"tiles", info.tiles},
+              {"method", methodOf[sig]},
               {"devices", info.deviceCounts}};
     if (*db)
       s["in_profile"] = (*db)->find(sig) != nullptr;
@@ -238,6 +278,9 @@ static llvm::Error runList() {
   os << "by kind:";
   for (const auto &[kind, n] : set->kindCounts())
     os << " " << kind << " " << n;
+  os << "\nby method:";
+  for (const auto &[m, n] : methods)
+    os << " " << m << " " << n;
   os << "\n";
   for (const auto &[sig, info] : set->signatures())
     os << (*db ? ((*db)->find(sig) ? "have " : "miss ") : "") << sig << "\n";

@@ -99,6 +99,19 @@ void SignatureSet::add(std::unique_ptr<Graph> g, const std::string &model,
   graphs_.push_back(std::move(g));
 }
 
+void SignatureSet::addTile(const std::string &signature,
+                           const std::string &kind, const SignatureSite &site,
+                           const std::string &model, int64_t devices) {
+  auto [it, fresh] = sigs_.try_emplace(signature);
+  if (fresh) {
+    it->second.kind = kind;
+    it->second.site = site;
+  }
+  it->second.deviceCounts.insert(devices);
+  it->second.models.insert(model);
+  ++it->second.tiles;
+}
+
 std::map<std::string, size_t> SignatureSet::kindCounts() const {
   std::map<std::string, size_t> out;
   for (const auto &[sig, info] : sigs_)

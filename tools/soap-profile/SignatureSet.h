@@ -73,6 +73,12 @@ public:
            int64_t devices, int64_t batch, SpaceKind space,
            const Topology &topo);
 
+  /// Adds one tile met elsewhere (a plan's task); `site.graph` must outlive
+  /// the set.
+  void addTile(const std::string &signature, const std::string &kind,
+               const SignatureSite &site, const std::string &model,
+               int64_t devices);
+
   /// Ordered by signature.
   const std::map<std::string, SignatureInfo> &signatures() const {
     return sigs_;

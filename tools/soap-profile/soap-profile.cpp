@@ -117,6 +117,11 @@ static cl::opt<std::string>
               cl::desc("Catalog name of the GPU measured, e.g. H200-SXM "
                        "(default: the topology's device type)"),
               cl::cat(cat));
+static cl::opt<bool>
+    fromPlansOpt("from-plans",
+                 cl::desc("Measure the tiles of the given plans' compute "
+                          "tasks instead of a configuration space"),
+                 cl::cat(cat));
 static cl::opt<int> gpuOpt("gpu", cl::desc("CUDA device ordinal"),
                            cl::init(0), cl::cat(cat));
 static cl::opt<bool> tasksOpt("tasks",
@@ -176,16 +181,18 @@ static llvm::Expected<SignatureSet> enumerateFromOptions(const Topology &t) {
                                  static_cast<int64_t>(t.numDevices()));
 }
 
+static llvm::Expected<SignatureSet>
+signaturesToMeasure(std::vector<ReplayPlan> &plans, std::string &device);
+
 static llvm::Error runList() {
-  auto t = topology();
-  if (!t)
-    return t.takeError();
-  auto db = loadProfileFor(profileOpt, t->deviceSpec().name);
-  if (!db)
-    return db.takeError();
-  auto set = enumerateFromOptions(*t);
+  std::vector<ReplayPlan> plans;
+  std::string device;
+  auto set = signaturesToMeasure(plans, device);
   if (!set)
     return set.takeError();
+  auto db = loadProfileFor(profileOpt, device);
+  if (!db)
+    return db.takeError();
   size_t have = 0;
   std::map<std::string, size_t> methods;
   std::map<std::string, const char *> methodOf;
@@ -226,7 +233,7 @@ static llvm::Error runList() {
               sig, pass, a, b);
     }
   }
-  Json j = {{"device", t->deviceSpec().name.str()},
+  Json j = {{"device", device},
             {"space", spaceOpt.getValue()},
             {"signatures", set->signatures().size()}};
   if (*db) {
@@ -262,15 +269,17 @@ static llvm::Error runList() {
     os << dumpJson(j);
     return llvm::Error::success();
   }
-  os << "device: " << t->deviceSpec().name << "\nspace: " << spaceOpt
-     << "\n";
+  os << "device: " << device << "\n";
+  if (!fromPlansOpt)
+    os << "space: " << spaceOpt << "\n";
   Table ct({"model", "devices", "batch", "ops", "split shapes", "signatures"},
            {false, true, true, true, true, true});
   for (const CoverageRow &r : set->coverage())
     ct.addRow({r.model, std::to_string(r.devices), std::to_string(r.batch),
                std::to_string(r.ops), withCommas(int64_t(r.shapes)),
                withCommas(int64_t(r.signatures))});
-  ct.print(os);
+  if (!set->coverage().empty())
+    ct.print(os);
   os << "distinct signatures: " << set->signatures().size() << "\n";
   if (*db)
     os << fmt::format("in {}: {}, missing: {}\n", profileOpt.getValue(), have,
@@ -310,7 +319,7 @@ static llvm::Error runMerge() {
 static llvm::Expected<std::vector<ReplayPlan>>
 loadPlans(const CostDatabase *db) {
   if (inputs.empty())
-    return inputError("--replay needs at least one plan");
+    return inputError("no plan given");
   std::vector<ReplayPlan> plans;
   for (const std::string &p : inputs) {
     auto rp = loadReplayPlan(p, topologyOpt, db);
@@ -333,6 +342,32 @@ static void emitReplay(const Json &report) {
     llvm::outs() << dumpJson(report);
   else
     printReplayReport(report, llvm::outs());
+}
+
+/// What measuring covers: the configuration space of the models (with
+/// --topology), or with --from-plans the compute tiles of the plans, which
+/// `plans` keeps alive. `device` receives the device type.
+static llvm::Expected<SignatureSet>
+signaturesToMeasure(std::vector<ReplayPlan> &plans, std::string &device) {
+  if (!fromPlansOpt) {
+    auto t = topology();
+    if (!t)
+      return t.takeError();
+    device = t->deviceSpec().name.str();
+    return enumerateFromOptions(*t);
+  }
+  auto loaded = loadPlans(nullptr);
+  if (!loaded)
+    return loaded.takeError();
+  plans = std::move(*loaded);
+  device = plans[0].topo->deviceSpec().name.str();
+  SignatureSet set;
+  for (const ReplayPlan &p : plans)
+    for (const ReplayTask &t : p.tasks)
+      set.addTile(t.signature, p.graph->op(t.op).kind,
+                  SignatureSite{p.graph.get(), t.op, t.box}, p.model,
+                  int64_t(p.devices));
+  return llvm::Expected<SignatureSet>(std::move(set));
 }
 
 #if SOAP_HAVE_CUDA
@@ -367,10 +402,11 @@ openGpu(llvm::StringRef catalogName) {
 static llvm::Error runMeasure() {
   if (outputOpt.empty())
     return inputError("measuring needs -o profiles/<device>.json");
-  auto t = topology();
-  if (!t)
-    return t.takeError();
-  std::string device = t->deviceSpec().name.str();
+  std::vector<ReplayPlan> plans;
+  std::string device;
+  auto set = signaturesToMeasure(plans, device);
+  if (!set)
+    return set.takeError();
   if (!deviceOpt.empty()) {
     if (!findDevice(deviceOpt))
       return inputError("--device '{}' is not in the device catalog",
@@ -384,9 +420,6 @@ static llvm::Error runMeasure() {
       return old.takeError();
     db = std::move(**old);
   }
-  auto set = enumerateFromOptions(*t);
-  if (!set)
-    return set.takeError();
   auto gpu = openGpu(device);
   if (!gpu)
     return gpu.takeError();
@@ -575,12 +608,11 @@ static llvm::Error noCuda() {
 }
 static llvm::Error runMeasure() {
   // Inputs are checked first, so bad input is reported as such anywhere.
-  auto t = topology();
-  if (!t)
-    return t.takeError();
   if (outputOpt.empty())
     return inputError("measuring needs -o profiles/<device>.json");
-  auto set = enumerateFromOptions(*t);
+  std::vector<ReplayPlan> plans;
+  std::string device;
+  auto set = signaturesToMeasure(plans, device);
   if (!set)
     return set.takeError();
   return noCuda();
@@ -624,6 +656,7 @@ int main(int argc, char **argv) {
           "profiles/<device>.json\n"
           "  soap-profile --list model.onnx... --topology T [--devices 8,16] "
           "[--profile P]\n"
+          "  soap-profile --from-plans plan.json... -o profiles/<device>.json\n"
           "  soap-profile --merge a.json b.json... -o out.json\n"
           "  soap-profile --replay plan.json... [--profile P] [-o "
           "replay.json]\n",

@@ -705,43 +705,42 @@ llvm::Expected<std::unique_ptr<TileBench>>
 GpuSession::prepare(const Graph &g, const Op &op, const Box &tile,
                     const std::string &signature) {
   Impl &s = *impl_;
-  bool f32 = !op.outputs.empty() && op.outputs[0] != kNoValue &&
-             g.value(op.outputs[0]).dtype == DType::F32;
-  std::unique_ptr<TileBench> lib;
+  // The method measureMethod names (what --list shows). A library that
+  // refuses a tile it was planned for is an error, not a silent switch to
+  // the streaming kernel, which would time some other computation.
+  llvm::StringRef method = measureMethod(g, op, tile);
+  std::unique_ptr<TileBench> bench;
   llvm::Error err = llvm::Error::success();
-  if (op.kind == "Conv" && f32) {
-    auto b = std::make_unique<ConvBench>(s);
-    err = b->build(g, op, tile, signature);
-    lib = std::move(b);
-  } else if ((op.kind == "MaxPool" || op.kind == "AveragePool" ||
-              op.kind == "GlobalAveragePool" || op.kind == "GlobalMaxPool") &&
-             f32) {
-    auto b = std::make_unique<PoolBench>(s);
-    err = b->build(g, op, tile, signature);
-    lib = std::move(b);
-  } else if (op.kind == "BatchNormalization" && f32) {
+  if (method == "cudnn" && op.kind == "BatchNormalization") {
     auto b = std::make_unique<BatchNormBench>(s);
     err = b->build(op, tile);
-    lib = std::move(b);
-  } else if (op.kind == "Gemm" || op.kind == "MatMul") {
+    bench = std::move(b);
+  } else if (method == "cudnn" && op.kind == "Conv") {
+    auto b = std::make_unique<ConvBench>(s);
+    err = b->build(g, op, tile, signature);
+    bench = std::move(b);
+  } else if (method == "cudnn") {
+    auto b = std::make_unique<PoolBench>(s);
+    err = b->build(g, op, tile, signature);
+    bench = std::move(b);
+  } else if (method == "cublas") {
     auto b = makeGemm(s, g, op, tile);
     if (!b)
       return b.takeError();
-    lib = std::move(*b);
+    bench = std::move(*b);
+  } else {
+    auto b = makeStream(s, g, op, tile);
+    if (!b)
+      return b.takeError();
+    bench = std::move(*b);
   }
-  if (err) {
-    // Out of memory is final; a library that refuses the shapes leaves the
-    // tile to the streaming kernel.
-    std::string msg = errorMessage(std::move(err));
-    if (msg.find("out of memory") != std::string::npos ||
-        msg.find("ALLOC_FAILED") != std::string::npos)
-      return makeError(ExitCode::Internal, "{}", msg);
-    lib.reset();
-  }
+  if (err)
+    return llvm::Error(std::move(err));
+  if (!bench)
+    return makeError(ExitCode::Internal, "no {} plan for the tile",
+                     method.str());
   SOAP_CUDA(cudaStreamSynchronize(s.stream));
-  if (lib)
-    return llvm::Expected<std::unique_ptr<TileBench>>(std::move(lib));
-  return makeStream(s, g, op, tile);
+  return llvm::Expected<std::unique_ptr<TileBench>>(std::move(bench));
 }
 
 llvm::Expected<Seconds> GpuSession::time(TileBench &b, Pass p) {

@@ -65,8 +65,8 @@ std::optional<WindowPlan> planWindow(const Graph &g, const Op &op,
                                      const Box &tile,
                                      const std::string &signature);
 
-/// "cudnn", "cublas" or "stream": what soap-profile uses for the op (a
-/// library that refuses a shape at run time leaves it to "stream").
+/// "cudnn", "cublas" or "stream": what soap-profile measures the tile with
+/// (a library that then refuses the tile is an error for that signature).
 const char *measureMethod(const Graph &g, const Op &op, const Box &tile);
 
 } // namespace soap

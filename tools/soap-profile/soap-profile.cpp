@@ -16,10 +16,9 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
-#include <chrono>
 
 #if SOAP_HAVE_CUDA
-#include "GpuSession.h"
+#include "GpuRuns.h"
 #endif
 
 using namespace soap;
@@ -428,77 +427,19 @@ static llvm::Error runMeasure() {
   fresh.env = s.environment(device);
   if (auto err = db.merge(fresh)) // device and math agree, versions updated
     return err;
-  auto bw = s.measureBandwidth();
-  if (!bw)
-    return bw.takeError();
-  db.memoryBandwidthBytesPerSec = *bw;
-  auto rates = s.measureGemmRates(8192);
-  if (!rates)
-    return rates.takeError();
-  db.gemmFlopsPerSec = *rates;
-  llvm::errs() << fmt::format("{}: copy {:.0f} GB/s; GEMM f32 {:.1f}, f16 "
-                              "{:.1f}, bf16 {:.1f} TFLOP/s\n",
-                              s.gpuName(), *bw / 1e9, (*rates)["f32"] / 1e12,
-                              (*rates)["f16"] / 1e12, (*rates)["bf16"] / 1e12);
-  auto begin = std::chrono::steady_clock::now();
-  auto last = begin;
-  size_t measured = 0, skipped = 0, have = 0, failed = 0;
-  std::map<std::string, size_t> methods;
-  // Most-used signatures first, so a run cut short by --time-limit covers
-  // the most tiles; ties by signature.
-  std::vector<const std::pair<const std::string, SignatureInfo> *> order;
-  for (const auto &entry : set->signatures())
-    order.push_back(&entry);
-  std::stable_sort(order.begin(), order.end(), [](auto *a, auto *b) {
-    return a->second.tiles > b->second.tiles;
-  });
-  size_t done = 0;
-  for (const auto *entry : order) {
-    const std::string &sig = entry->first;
-    const SignatureInfo &info = entry->second;
-    if (++done % 100 == 0)
-      llvm::errs() << fmt::format("\r{} of {} signatures", done,
-                                  order.size());
-    if (!remeasureOpt && db.find(sig)) {
-      ++have;
-      continue;
-    }
-    auto now = std::chrono::steady_clock::now();
-    if (timeLimitOpt > 0 &&
-        std::chrono::duration<double>(now - begin).count() > timeLimitOpt) {
-      ++skipped;
-      continue;
-    }
-    const SignatureSite &site = info.site;
-    const Op &op = site.graph->op(site.op);
-    std::string method;
-    auto e = s.measure(*site.graph, op, site.tile, sig, &method);
-    if (!e) {
-      ++failed;
-      llvm::errs() << "soap-profile: warning: " << sig << ": "
-                   << errorMessage(e.takeError()) << "\n";
-      continue;
-    }
-    db.add(sig, *e);
-    ++measured;
-    ++methods[info.kind + " by " + method];
-    // Keep what is measured should the run be cut off.
-    if (std::chrono::duration<double>(now - last).count() > 30) {
-      if (auto err = db.save(outputOpt))
-        return err;
-      last = now;
-    }
-  }
-  if (done >= 100)
-    llvm::errs() << "\n";
-  if (auto err = db.save(outputOpt))
-    return err;
+  MeasureRunOptions mo;
+  mo.timeLimitSeconds = timeLimitOpt;
+  mo.remeasure = remeasureOpt;
+  mo.output = outputOpt;
+  auto sum = measureSignatures(s, *set, db, mo);
+  if (!sum)
+    return sum.takeError();
   llvm::outs() << fmt::format(
       "{}: {} signatures: {} measured, {} already there, {} left for a later "
       "run (--time-limit), {} failed; {} kernels in all\n",
-      outputOpt.getValue(), set->signatures().size(), measured, have, skipped,
-      failed, db.size());
-  for (const auto &[what, n] : methods)
+      outputOpt.getValue(), set->signatures().size(), sum->measured,
+      sum->have, sum->skipped, sum->failed, db.size());
+  for (const auto &[what, n] : sum->methods)
     llvm::outs() << fmt::format("  {} {}\n", what, n);
   return llvm::Error::success();
 }
@@ -515,83 +456,8 @@ static llvm::Error runReplay() {
   if (!gpu)
     return gpu.takeError();
   GpuSession &s = **gpu;
-  const Pass fwd[] = {Pass::Forward};
-  const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
-  for (ReplayPlan &p : *plans) {
-    // One device at a time, its tasks in simulated order.
-    size_t i = 0;
-    while (i < p.tasks.size()) {
-      size_t end = i;
-      while (end < p.tasks.size() && p.tasks[end].device == p.tasks[i].device)
-        ++end;
-      auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        size_t n = v.size();
-        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-      };
-      int warmup = s.options().warmup, repeats = s.options().repeats;
-      std::map<std::string, std::unique_ptr<TileBench>> benches;
-      bool together = true;
-      for (size_t k = i; k < end && together; ++k) {
-        ReplayTask &rt = p.tasks[k];
-        if (benches.count(rt.signature))
-          continue;
-        auto b = s.prepare(*p.graph, p.graph->op(rt.op), rt.box, rt.signature);
-        if (!b) {
-          // The device's tiles do not fit on this GPU at once (the replay
-          // keeps inputs and gradients of every tile): time each task on
-          // its own instead.
-          llvm::errs() << fmt::format(
-              "soap-profile: {}: device {}: {}; timing its tasks one at a "
-              "time\n",
-              p.path, rt.device, errorMessage(b.takeError()));
-          benches.clear();
-          together = false;
-          break;
-        }
-        benches[rt.signature] = std::move(*b);
-      }
-      if (together) {
-        // The device's task sequence, run warmup + repeats times, each task
-        // timed on its own.
-        std::vector<std::vector<double>> times(end - i);
-        for (int r = 0; r < warmup + repeats; ++r)
-          for (size_t k = i; k < end; ++k) {
-            ReplayTask &rt = p.tasks[k];
-            TileBench &b = *benches[rt.signature];
-            auto t =
-                rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
-            if (!t)
-              return t.takeError();
-            if (r >= warmup)
-              times[k - i].push_back(*t);
-          }
-        for (size_t k = i; k < end; ++k)
-          p.tasks[k].measured = median(times[k - i]);
-      } else {
-        for (size_t k = i; k < end; ++k) {
-          ReplayTask &rt = p.tasks[k];
-          auto b =
-              s.prepare(*p.graph, p.graph->op(rt.op), rt.box, rt.signature);
-          if (!b)
-            return makeError(ExitCode::Internal, "{}: device {}: {}: {}",
-                             p.path, rt.device, rt.signature,
-                             errorMessage(b.takeError()));
-          std::vector<double> v;
-          for (int r = 0; r < warmup + repeats; ++r) {
-            auto t = rt.backward ? s.timeOnce(**b, bwd, 2)
-                                 : s.timeOnce(**b, fwd, 1);
-            if (!t)
-              return t.takeError();
-            if (r >= warmup)
-              v.push_back(*t);
-          }
-          rt.measured = median(v);
-        }
-      }
-      i = end;
-    }
-  }
+  if (auto err = replayOnGpu(s, *plans))
+    return err;
   Json report = replayReport(*plans, s.environment(device), tasksOpt);
   if (!outputOpt.empty())
     if (auto err = writeFileAtomic(outputOpt, dumpJson(report)))

@@ -22,8 +22,21 @@ llvm::Error CostDatabase::merge(const CostDatabase &other) {
       env.device != other.env.device)
     return inputError("cannot merge a profile of '{}' into one of '{}'",
                       other.env.device, env.device);
+  if (!env.math.empty() && !other.env.math.empty() && env.math != other.env.math)
+    return inputError("cannot merge a profile measured with {} arithmetic into "
+                      "one measured with {}",
+                      other.env.math, env.math);
   if (env.device.empty())
     env = other.env;
+  else
+    // The newer measurement's software versions describe the merged file.
+    for (auto [mine, theirs] :
+         {std::pair{&env.gpuName, &other.env.gpuName},
+          {&env.driver, &other.env.driver}, {&env.cuda, &other.env.cuda},
+          {&env.cudnn, &other.env.cudnn}, {&env.cublas, &other.env.cublas},
+          {&env.math, &other.env.math}})
+      if (!theirs->empty())
+        *mine = *theirs;
   for (const auto &[sig, e] : other.kernels_)
     kernels_[sig] = e;
   if (other.memoryBandwidthBytesPerSec > 0)
@@ -86,7 +99,7 @@ llvm::Expected<CostDatabase> CostDatabase::fromJson(const Json &doc,
   for (auto [key, field] :
        {std::pair{"gpu_name", &db.env.gpuName}, {"driver", &db.env.driver},
         {"cuda", &db.env.cuda}, {"cudnn", &db.env.cudnn},
-        {"cublas", &db.env.cublas}}) {
+        {"cublas", &db.env.cublas}, {"math", &db.env.math}}) {
     if (!(*dev)->contains(key))
       continue;
     auto v = r.string(**dev, "/device", key);
@@ -218,7 +231,8 @@ Json CostDatabase::toJson() const {
   Json device = {{"name", env.device}};
   for (auto [key, v] : {std::pair{"gpu_name", &env.gpuName},
                         {"driver", &env.driver}, {"cuda", &env.cuda},
-                        {"cudnn", &env.cudnn}, {"cublas", &env.cublas}})
+                        {"cudnn", &env.cudnn}, {"cublas", &env.cublas},
+                        {"math", &env.math}})
     if (!v->empty())
       device[key] = *v;
   Json doc = {{"format", kFormat},

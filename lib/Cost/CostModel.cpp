@@ -63,6 +63,8 @@ double builtinComputeEfficiency(llvm::StringRef kind) {
   return 0.3;
 }
 constexpr double kBuiltinMemoryEfficiency = 0.7;
+/// The built-in fraction a GEMM reaches: measured GEMM rates stand for it.
+constexpr double kBuiltinGemmEfficiency = 0.7;
 
 DType opDType(const Graph &g, const Op &op) {
   for (ValueId v : op.outputs)
@@ -106,6 +108,8 @@ CostModel::CostModel(const DeviceSpec &device, const CostDatabase *db,
       memEff_(kBuiltinMemoryEfficiency) {
   if (db_ && db_->memoryEfficiency > 0)
     memEff_ = db_->memoryEfficiency;
+  else if (db_ && db_->memoryBandwidthBytesPerSec > 0)
+    memEff_ = 1.0;
   fit();
 }
 
@@ -164,7 +168,7 @@ void CostModel::fit() {
     memEff_ = median(memory);
 }
 
-double CostModel::computeEfficiency(llvm::StringRef kind) const {
+double CostModel::computeEfficiency(llvm::StringRef kind, DType t) const {
   auto it = fitted_.find(kind.str());
   if (it != fitted_.end())
     return it->second.first;
@@ -175,17 +179,23 @@ double CostModel::computeEfficiency(llvm::StringRef kind) const {
     d = db_->computeEfficiency.find("*");
     if (d != db_->computeEfficiency.end())
       return d->second;
+    if (db_->gemmFlopsPerSec.count(dtypeKey(t)))
+      return std::min(1.0,
+                      builtinComputeEfficiency(kind) / kBuiltinGemmEfficiency);
   }
   return builtinComputeEfficiency(kind);
 }
 
-std::string CostModel::computeEfficiencySource(llvm::StringRef kind) const {
+std::string CostModel::computeEfficiencySource(llvm::StringRef kind,
+                                               DType t) const {
   auto it = fitted_.find(kind.str());
   if (it != fitted_.end())
     return fmt::format("fitted to {} measurements", it->second.second);
   if (db_ && (db_->computeEfficiency.count(kind.str()) ||
               db_->computeEfficiency.count("*")))
     return "profile default";
+  if (db_ && db_->gemmFlopsPerSec.count(dtypeKey(t)))
+    return "built-in default, relative to the measured GEMM rate";
   return "built-in default";
 }
 
@@ -193,7 +203,8 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
                                 const Box &tile) const {
   std::vector<DType> inT, outT;
   operandTypes(g, op, inT, outT);
-  double peak = peakFlops(opDType(g, op)) * computeEfficiency(op.kind);
+  DType dt = opDType(g, op);
+  double peak = peakFlops(dt) * computeEfficiency(op.kind, dt);
   double bw = memoryBandwidth() * memEff_;
   Seconds t[3];
   for (int p = 0; p < 3; ++p) {

@@ -32,6 +32,8 @@ struct ProfileEnvironment {
   std::string device;  ///< catalog name, "H100-SXM"
   std::string gpuName; ///< as the driver reports it
   std::string driver, cuda, cudnn, cublas;
+  /// f32 arithmetic the libraries were allowed: "fp32" or "tf32".
+  std::string math;
 };
 
 class CostDatabase {

@@ -71,11 +71,17 @@ public:
   TileMemory memory(const Graph &g, const Op &op, const Box &tile,
                     Optimizer opt) const;
 
-  /// Sustained fraction of peak FLOP/s the roofline uses for `kind`, and
+  /// Sustained fraction of peakFlops(t) the roofline uses for `kind`, and
   /// where it came from ("fitted to N entries", "profile default",
-  /// "built-in default").
-  double computeEfficiency(llvm::StringRef kind) const;
-  std::string computeEfficiencySource(llvm::StringRef kind) const;
+  /// "built-in default"). Where the profile measured the GEMM rate of `t`,
+  /// the built-in fractions are taken relative to that rate (a GEMM 1).
+  double computeEfficiency(llvm::StringRef kind, DType t = DType::F32) const;
+  std::string computeEfficiencySource(llvm::StringRef kind,
+                                      DType t = DType::F32) const;
+  /// Sustained fraction of memoryBandwidth(): fitted to the profile's
+  /// bandwidth-bound entries, else the profile's default, else 1 where the
+  /// profile measured the bandwidth (the copy kernel's rate is sustained),
+  /// else a built-in fraction of the datasheet figure.
   double memoryEfficiency() const { return memEff_; }
   /// Peak FLOP/s for a dtype on this device (measured GEMM rate when the
   /// profile has it).

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# bench/fidelity.sh: how well the simulator predicts compute on a real GPU
+# (issue 9). Needs a CUDA build of soap-profile and one H100 or H200.
+#   bench/fidelity.sh plans     the plans compared: every model whole on one
+#                               GPU (a data plan on one device), and 5 plans
+#                               per MULTI_MODELS model on 8 devices (data,
+#                               model, expert, kcuts, mcmc)
+#   bench/fidelity.sh profile   measure the plans' compute tiles into the
+#                               profile (only signatures it lacks)
+#   bench/fidelity.sh single    one GPU: the simulator's compute per
+#                               iteration (profiled and analytic) against the
+#                               replayed kernels
+#   bench/fidelity.sh multi     8 devices: every device's compute tasks
+#                               replayed on the one GPU in turn; task error
+#                               and whether the plans are ordered alike
+#   bench/fidelity.sh table     print the tables, write bench/results/fidelity.json
+#   bench/fidelity.sh all       the five in order
+#   bench/fidelity.sh space     (not in all) the configuration spaces of the
+#                               zoo on 8 and 16 devices, TIME_LIMIT seconds
+#                               per model, for profiles/<device>.json
+# Knobs (environment): GPU=h100|h200, BIN=build/bin, BATCH=64 (one GPU),
+# MODELS, MULTI_MODELS, TIME_LIMIT=600, REPEATS=25, WARMUP=5,
+# OUT=bench/results/fidelity. Nothing here asserts a time: it prints tables
+# and writes JSON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BIN:-build/bin}
+gpu=${GPU:-h100}
+case "$gpu" in
+  h100) profile=profiles/h100-sxm.json
+        multi_topo=examples/topologies/dgx-h100-1.json ;;
+  h200) profile=profiles/h200-sxm.json
+        multi_topo=bench/fidelity-h200x8.json ;;
+  *) echo "fidelity.sh: GPU must be h100 or h200, got '$gpu'" >&2; exit 2 ;;
+esac
+one_topo=bench/fidelity-${gpu}x1.json
+models=${MODELS:-lenet mlp alexnet vgg16 resnet101 wide_resnet101_2 inception_v3 rnntc rnnlm nmt transformer gpt2}
+multi_models=${MULTI_MODELS:-alexnet resnet101 inception_v3 rnntc nmt}
+batch=${BATCH:-64}
+limit=${TIME_LIMIT:-600}
+repeats=${REPEATS:-25}
+warmup=${WARMUP:-5}
+out=${OUT:-bench/results/fidelity}
+mkdir -p "$out" profiles
+timing=(--warmup "$warmup" --repeats "$repeats")
+
+# Plans are searched with the profile once it exists.
+with_profile() { [ -f "$profile" ] && echo --profile "$profile"; }
+
+stage_plans() {
+  for m in $models; do
+    "$bin/soapc" "examples/models/$m.onnx" --topology "$one_topo" \
+      --search data --batch "$batch" $(with_profile) \
+      -o "$out/$m-1gpu.plan.json" >/dev/null ||
+      echo "fidelity.sh: no one-GPU plan for $m" >&2
+  done
+  for m in $multi_models; do
+    for s in data model expert kcuts mcmc; do
+      "$bin/soapc" "examples/models/$m.onnx" --topology "$multi_topo" \
+        --search "$s" --budget 2000 --seed 0 $(with_profile) \
+        -o "$out/$m-8dev-$s.plan.json" >/dev/null ||
+        echo "fidelity.sh: no $s plan for $m" >&2
+    done
+  done
+  ls "$out"/*.plan.json | wc -l
+}
+
+stage_profile() {
+  "$bin/soap-profile" --from-plans "$out"/*.plan.json --time-limit "$limit" \
+    "${timing[@]}" -o "$profile"
+}
+
+stage_space() {
+  for m in $models; do
+    echo "== profile the space of $m on 8 and 16 devices"
+    "$bin/soap-profile" "examples/models/$m.onnx" --topology "$multi_topo" \
+      --devices 8,16 --time-limit "$limit" "${timing[@]}" -o "$profile" ||
+      echo "fidelity.sh: profiling $m failed" >&2
+  done
+}
+
+stage_single() {
+  for m in $models; do
+    echo "== replay $m whole on one GPU"
+    "$bin/soap-profile" --replay "$out/$m-1gpu.plan.json" $(with_profile) \
+      "${timing[@]}" --tasks -o "$out/$m-1gpu.json" ||
+      echo "fidelity.sh: replaying $m failed" >&2
+  done
+}
+
+stage_multi() {
+  for m in $multi_models; do
+    echo "== replay 5 plans of $m on 8 devices"
+    "$bin/soap-profile" --replay "$out/$m"-8dev-*.plan.json $(with_profile) \
+      "${timing[@]}" --tasks -o "$out/$m-8dev.json" ||
+      echo "fidelity.sh: replaying $m failed" >&2
+  done
+}
+
+stage_table() {
+  python3 bench/fidelity_table.py "$out" bench/results/fidelity.json
+}
+
+case "${1:-all}" in
+  plans) stage_plans ;;
+  profile) stage_profile ;;
+  space) stage_space ;;
+  single) stage_single ;;
+  multi) stage_multi ;;
+  table) stage_table ;;
+  all) stage_plans; stage_profile; stage_single; stage_multi; stage_table ;;
+  *) echo "usage: $0 [plans|profile|single|multi|table|all|space]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""bench/fidelity.sh's table: predicted vs measured compute from the replay
+reports soap-profile --replay wrote (one file per model). Prints markdown
+tables and writes a JSON summary. Asserts nothing."""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def rel(predicted, measured):
+    return abs(predicted - measured) / measured
+
+
+def main(folder, out_path):
+    single, multi = [], []
+    for path in sorted(glob.glob(os.path.join(folder, "*-1gpu.json"))):
+        r = json.load(open(path))
+        p = r["plans"][0]
+        if "busiest_measured_s" not in p:
+            continue
+        m = p["busiest_measured_s"]
+        single.append({
+            "model": os.path.basename(path)[: -len("-1gpu.json")],
+            "batch": p["batch"],
+            "measured_ms": m * 1e3,
+            "profiled_ms": p["busiest_predicted_s"] * 1e3,
+            "analytic_ms": p["busiest_analytic_s"] * 1e3,
+            "profiled_err": rel(p["busiest_predicted_s"], m),
+            "analytic_err": rel(p["busiest_analytic_s"], m),
+        })
+    for path in sorted(glob.glob(os.path.join(folder, "*-8dev.json"))):
+        r = json.load(open(path))
+        if "task_error" not in r:
+            continue
+        row = {"model": os.path.basename(path)[: -len("-8dev.json")],
+               "plans": len(r["plans"])}
+        row.update(r["task_error"])
+        for m in ("profiled", "analytic"):
+            if "plan_order" in r:
+                o = r["plan_order"][m]
+                row[m + "_order"] = "%d/%d" % (o["agree"], o["pairs"])
+                row[m + "_tau"] = o["kendall_tau"]
+        multi.append(row)
+
+    print("One GPU, whole model: compute per iteration (sum of kernel times)")
+    print()
+    print("| model | batch | measured ms | profiled ms | err | analytic ms | err |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for s in single:
+        print("| %s | %d | %.3f | %.3f | %.1f%% | %.3f | %.1f%% |" % (
+            s["model"], s["batch"], s["measured_ms"], s["profiled_ms"],
+            100 * s["profiled_err"], s["analytic_ms"], 100 * s["analytic_err"]))
+    summary = {}
+    if single:
+        for m in ("profiled", "analytic"):
+            errs = [s[m + "_err"] for s in single]
+            summary[m] = {"median_err": statistics.median(errs),
+                          "worst_err": max(errs)}
+            print("%s: median %.1f%%, worst %.1f%% over %d models" % (
+                m, 100 * statistics.median(errs), 100 * max(errs), len(errs)))
+    print()
+    print("8 devices, 5 plans per model: every device's compute tasks replayed")
+    print()
+    print("| model | tasks | profiled median | worst | analytic median | worst "
+          "| order (profiled) | order (analytic) |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
+    for r in multi:
+        print("| %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %s | %s |" % (
+            r["model"], r["tasks"], 100 * r["profiled_median"],
+            100 * r["profiled_worst"], 100 * r["analytic_median"],
+            100 * r["analytic_worst"], r.get("profiled_order", "-"),
+            r.get("analytic_order", "-")))
+    with open(out_path, "w") as f:
+        json.dump({"single_gpu": single, "single_gpu_summary": summary,
+                   "multi_device": multi}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: fidelity_table.py REPORT_FOLDER OUT.json")
+    main(sys.argv[1], sys.argv[2])

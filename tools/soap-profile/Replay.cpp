@@ -1,0 +1,281 @@
+// Compute replay (see Replay.h).
+#include "Replay.h"
+
+#include "soap/Cost/CostModel.h"
+#include "soap/Cost/OpSignature.h"
+#include "soap/IR/UnrollRnn.h"
+#include "soap/Import/OnnxImporter.h"
+#include "soap/Machine/Collectives.h"
+#include "soap/Machine/TopologyLoader.h"
+#include "soap/Plan/Plan.h"
+#include "soap/Sim/Simulator.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Format.h"
+#include <algorithm>
+#include <cmath>
+
+namespace soap {
+
+llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
+                                          const std::string &topologyOverride,
+                                          const CostDatabase *db) {
+  auto plan = readPlan(planPath);
+  if (!plan)
+    return plan.takeError();
+  ReplayPlan rp;
+  rp.path = planPath;
+  rp.model = plan->inputs.modelPath;
+  rp.topology =
+      topologyOverride.empty() ? plan->inputs.topologyPath : topologyOverride;
+  rp.batch = plan->inputs.batch;
+  auto topo = loadTopology(rp.topology);
+  if (!topo)
+    return topo.takeError();
+  rp.topo = std::make_unique<Topology>(std::move(*topo));
+  rp.devices = rp.topo->numDevices();
+  if (db && db->env.device != rp.topo->deviceSpec().name)
+    return inputError("{}: the profile is of '{}', the plan's devices are "
+                      "'{}'",
+                      planPath, db->env.device,
+                      rp.topo->deviceSpec().name.str());
+  ImportOptions io;
+  io.batch = plan->inputs.batch;
+  io.appendLoss = plan->inputs.appendLoss;
+  if (auto err = io.validate())
+    return llvm::Error(std::move(err));
+  auto g = importOnnx(rp.model, io);
+  if (!g)
+    return g.takeError();
+  if (plan->inputs.unrollRnn) {
+    auto u = unrollLstms(**g);
+    if (!u)
+      return u.takeError();
+    g = std::move(u);
+  }
+  rp.graph = std::move(*g);
+  auto strategy = planStrategy(*plan, *rp.graph, *rp.topo, planPath);
+  if (!strategy)
+    return strategy.takeError();
+  const DeviceSpec &spec = rp.topo->deviceSpec();
+  CostModel profiled(spec, db, CostMode::Profile);
+  CostModel analytic(spec, nullptr, CostMode::Analytic);
+  CollectiveModel coll(*rp.topo, db ? &db->collectives : nullptr);
+  SimContext ctx{*rp.graph, *rp.topo, profiled, coll, Optimizer::Sgd};
+  auto tg = TaskGraph::build(ctx, *strategy);
+  if (!tg)
+    return tg.takeError();
+  Simulator sim(*tg);
+  sim.simulateFull();
+  struct Ordered {
+    uint32_t device;
+    Seconds start;
+    uint32_t seq;
+    ReplayTask task;
+  };
+  std::vector<Ordered> all;
+  for (const Task &t : sim.graph().tasks()) {
+    if (!t.alive ||
+        (t.kind != TaskKind::Forward && t.kind != TaskKind::Backward))
+      continue;
+    const Op &op = rp.graph->op(t.op);
+    const OpConfig &c = strategy->configs[t.op];
+    ReplayTask rt;
+    rt.backward = t.kind == TaskKind::Backward;
+    rt.op = t.op;
+    rt.tile = t.tile;
+    rt.box = c.tile(op.sem, t.tile);
+    rt.device = t.resources.empty() ? 0 : t.resources[0];
+    rt.replica = static_cast<int32_t>(t.key.c);
+    rt.signature = opSignature(*rp.graph, op, rt.box);
+    rt.predicted = t.exe;
+    KernelTimes a = analytic.analytic(*rp.graph, op, rt.box);
+    rt.analytic = rt.backward ? a.backward() : a.forward;
+    all.push_back({rt.device, t.start, t.seq, std::move(rt)});
+  }
+  std::sort(all.begin(), all.end(), [](const Ordered &a, const Ordered &b) {
+    if (a.device != b.device)
+      return a.device < b.device;
+    if (a.start != b.start)
+      return a.start < b.start;
+    return a.seq < b.seq;
+  });
+  for (Ordered &o : all)
+    rp.tasks.push_back(std::move(o.task));
+  return llvm::Expected<ReplayPlan>(std::move(rp));
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double relErr(double predicted, double measured) {
+  return std::fabs(predicted - measured) / measured;
+}
+
+struct Totals {
+  std::vector<double> predicted, analytic, measured;
+  bool complete = true;
+};
+
+Totals deviceTotals(const ReplayPlan &p) {
+  Totals t;
+  t.predicted.assign(p.devices, 0);
+  t.analytic.assign(p.devices, 0);
+  t.measured.assign(p.devices, 0);
+  for (const ReplayTask &k : p.tasks) {
+    t.predicted[k.device] += k.predicted;
+    t.analytic[k.device] += k.analytic;
+    if (k.measured < 0)
+      t.complete = false;
+    else
+      t.measured[k.device] += k.measured;
+  }
+  return t;
+}
+
+double maxOf(const std::vector<double> &v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+} // namespace
+
+Json replayReport(const std::vector<ReplayPlan> &plans,
+                  const ProfileEnvironment &env, bool withTasks) {
+  Json out = {{"device", env.device}};
+  if (!env.gpuName.empty())
+    out["gpu_name"] = env.gpuName;
+  Json jp = Json::array();
+  std::vector<double> errProfiled, errAnalytic;
+  std::vector<double> busiestPred, busiestMeas, busiestAna;
+  bool allMeasured = true;
+  for (const ReplayPlan &p : plans) {
+    Totals t = deviceTotals(p);
+    allMeasured &= t.complete;
+    Json devs = Json::array();
+    for (size_t d = 0; d < p.devices; ++d) {
+      Json dj = {{"device", d},
+                 {"predicted_s", t.predicted[d]},
+                 {"analytic_s", t.analytic[d]}};
+      if (t.complete)
+        dj["measured_s"] = t.measured[d];
+      devs.push_back(dj);
+    }
+    Json tasks = Json::array();
+    size_t n = 0;
+    for (const ReplayTask &k : p.tasks) {
+      ++n;
+      if (k.measured > 0) {
+        errProfiled.push_back(relErr(k.predicted, k.measured));
+        errAnalytic.push_back(relErr(k.analytic, k.measured));
+      }
+      if (!withTasks)
+        continue;
+      Json tj = {{"device", k.device},
+                 {"pass", k.backward ? "backward" : "forward"},
+                 {"op", p.graph->op(k.op).name},
+                 {"tile", k.tile},
+                 {"replica", k.replica},
+                 {"signature", k.signature},
+                 {"predicted_s", k.predicted},
+                 {"analytic_s", k.analytic}};
+      if (k.measured >= 0)
+        tj["measured_s"] = k.measured;
+      tasks.push_back(tj);
+    }
+    Json pj = {{"plan", p.path},
+               {"model", p.model},
+               {"topology", p.topology},
+               {"batch", p.batch},
+               {"compute_tasks", n},
+               {"busiest_predicted_s", maxOf(t.predicted)},
+               {"busiest_analytic_s", maxOf(t.analytic)},
+               {"devices", devs}};
+    if (t.complete)
+      pj["busiest_measured_s"] = maxOf(t.measured);
+    if (withTasks)
+      pj["tasks"] = tasks;
+    jp.push_back(pj);
+    busiestPred.push_back(maxOf(t.predicted));
+    busiestAna.push_back(maxOf(t.analytic));
+    busiestMeas.push_back(maxOf(t.measured));
+  }
+  out["plans"] = jp;
+  if (!errProfiled.empty()) {
+    out["task_error"] = {
+        {"tasks", errProfiled.size()},
+        {"profiled_median", median(errProfiled)},
+        {"profiled_worst",
+         *std::max_element(errProfiled.begin(), errProfiled.end())},
+        {"analytic_median", median(errAnalytic)},
+        {"analytic_worst",
+         *std::max_element(errAnalytic.begin(), errAnalytic.end())}};
+  }
+  if (allMeasured && plans.size() >= 2) {
+    // Kendall's tau-a over plan pairs: the busiest device's compute.
+    auto order = [&](const std::vector<double> &pred) {
+      int64_t agree = 0, disagree = 0;
+      for (size_t i = 0; i < plans.size(); ++i)
+        for (size_t j = i + 1; j < plans.size(); ++j) {
+          double a = pred[i] - pred[j], b = busiestMeas[i] - busiestMeas[j];
+          if (a * b > 0)
+            ++agree;
+          else if (a * b < 0)
+            ++disagree;
+        }
+      int64_t pairs = int64_t(plans.size() * (plans.size() - 1) / 2);
+      return Json{{"pairs", pairs},
+                  {"agree", agree},
+                  {"disagree", disagree},
+                  {"kendall_tau", double(agree - disagree) / double(pairs)}};
+    };
+    out["plan_order"] = {{"profiled", order(busiestPred)},
+                         {"analytic", order(busiestAna)}};
+  }
+  return out;
+}
+
+void printReplayReport(const Json &r, llvm::raw_ostream &os) {
+  os << "device: " << r["device"].get<std::string>();
+  if (r.contains("gpu_name"))
+    os << " (" << r["gpu_name"].get<std::string>() << ")";
+  os << "\n";
+  Table t({"plan", "tasks", "busiest predicted ms", "busiest analytic ms",
+           "busiest measured ms"},
+          {false, true, true, true, true});
+  for (const Json &p : r["plans"])
+    t.addRow({p["plan"].get<std::string>(),
+              withCommas(p["compute_tasks"].get<int64_t>()),
+              fmt::format("{:.3f}", p["busiest_predicted_s"].get<double>() * 1e3),
+              fmt::format("{:.3f}", p["busiest_analytic_s"].get<double>() * 1e3),
+              p.contains("busiest_measured_s")
+                  ? fmt::format("{:.3f}",
+                                p["busiest_measured_s"].get<double>() * 1e3)
+                  : std::string("-")});
+  t.print(os);
+  if (r.contains("task_error")) {
+    const Json &e = r["task_error"];
+    os << fmt::format(
+        "task time relative error over {} tasks: profiled median {:.1f}% "
+        "worst {:.1f}%; analytic median {:.1f}% worst {:.1f}%\n",
+        e["tasks"].get<int64_t>(), 100 * e["profiled_median"].get<double>(),
+        100 * e["profiled_worst"].get<double>(),
+        100 * e["analytic_median"].get<double>(),
+        100 * e["analytic_worst"].get<double>());
+  }
+  if (r.contains("plan_order"))
+    for (const char *m : {"profiled", "analytic"}) {
+      const Json &o = r["plan_order"][m];
+      os << fmt::format("plan order ({}): {} of {} pairs agree, Kendall tau "
+                        "{:.2f}\n",
+                        m, o["agree"].get<int64_t>(), o["pairs"].get<int64_t>(),
+                        o["kendall_tau"].get<double>());
+    }
+}
+
+} // namespace soap

@@ -2,12 +2,21 @@
 // DFS with A* pruning) over the configurations of every op, for small
 // graphs: it measures how far other searchers are from the optimum.
 //
-// The bound is admissible: devices run their tasks one at a time, so the
-// iteration time is at least the busiest device's compute (forward,
-// backward) and at least the total compute divided by the device count;
-// ops not yet assigned contribute their cheapest total compute. Leaves are
-// simulated in full. The search stops at the budget (leaves simulated or
-// seconds) and then reports that optimality is not proven.
+// The bounds are admissible (never above the simulated time of any
+// completion of a partial strategy):
+//  - load: devices run their tasks one at a time, so the iteration takes at
+//    least the busiest device's work (forward, backward, optimizer steps)
+//    and the total work over the device count, ops not yet chosen at their
+//    least work;
+//  - chains: along every dependency path the forwards, the backwards and
+//    the first op's all-reduce and update run one after another;
+//  - release times: a device cannot start an op's work before the chains
+//    allow, so it finishes no sooner than any release time plus the work
+//    released then or later (the single-machine head bound).
+// The first upper bound is the best of the baselines and a short MCMC run.
+// Leaves are simulated in full. The search stops at the budget (leaves
+// simulated or seconds) and then reports that optimality is not proven.
+#include "ConfigCost.h"
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
@@ -21,12 +30,16 @@ namespace {
 
 struct Choice {
   OpConfig config;
+  ConfigCost cost;
   std::vector<std::pair<DeviceId, Seconds>> load; ///< per device it uses
-  Seconds work = 0;                               ///< summed over tiles
+  Seconds work = 0;                               ///< summed over devices
   /// The quickest tile's forward plus the quickest tile's backward: every
   /// dependency chain through the op pays at least this.
   Seconds chain = 0;
 };
+
+/// Proposals of the MCMC run that gives the first upper bound.
+constexpr uint64_t kIncumbentProposals = 2000;
 
 class Exhaustive : public Searcher {
 public:
@@ -41,23 +54,15 @@ public:
     choices_.assign(g.numOps(), {});
     for (const Op &op : g.ops()) {
       for (OpConfig &c : space.enumerate(op.id)) {
+        auto cc = configCost(p, op, c);
+        if (!cc)
+          return cc.takeError();
         Choice ch;
-        std::map<DeviceId, Seconds> load;
-        Seconds minFwd = std::numeric_limits<double>::infinity();
-        Seconds minBwd = minFwd;
-        for (int64_t k = 0; k < c.numTiles(); ++k) {
-          auto t = p.cost.kernel(g, op, c.tile(op.sem, k));
-          if (!t)
-            return t.takeError();
-          minFwd = std::min(minFwd, t->forward);
-          minBwd = std::min(minBwd, t->backward());
-          for (int32_t r = 0; r < c.replicas; ++r) {
-            load[c.device(k, r)] += t->forward + t->backward();
-            ch.work += t->forward + t->backward();
-          }
-        }
-        ch.load.assign(load.begin(), load.end());
-        ch.chain = minFwd + minBwd;
+        ch.cost = std::move(*cc);
+        for (const auto &[d, pl] : ch.cost.load)
+          ch.load.push_back({d, pl[Fwd] + pl[Bwd] + pl[Upd]});
+        ch.work = ch.cost.total();
+        ch.chain = ch.cost.fwd + ch.cost.bwd;
         ch.config = std::move(c);
         choices_[op.id].push_back(std::move(ch));
       }
@@ -72,16 +77,36 @@ public:
                          return ma < mb;
                        });
     }
+    double log10Size = 0;
+    for (const auto &cs : choices_)
+      log10Size += std::log10(static_cast<double>(cs.size()));
+    spdlog::info("exhaustive: {} ops, 10^{:.1f} strategies in the space",
+                 g.numOps(), log10Size);
     preds_.assign(g.numOps(), {});
-    minChain_.assign(g.numOps(), 0);
+    succs_.assign(g.numOps(), {});
+    minChoice_.assign(g.numOps(), Choice());
     for (const Op &op : g.ops()) {
       for (ValueId v : op.inputs)
-        if (v != kNoValue && g.value(v).producer >= 0)
+        if (v != kNoValue && g.value(v).producer >= 0) {
           preds_[op.id].push_back(g.value(v).producer);
-      Seconds m = std::numeric_limits<double>::infinity();
-      for (const Choice &c : choices_[op.id])
-        m = std::min(m, c.chain);
-      minChain_[op.id] = m;
+          succs_[g.value(v).producer].push_back(op.id);
+        }
+      // Each figure at its least over every configuration: a lower bound
+      // for an op not chosen yet.
+      Choice &m = minChoice_[op.id];
+      ConfigCost &mc = m.cost;
+      m.chain = mc.fwd = mc.bwd = mc.sync = mc.tail =
+          std::numeric_limits<double>::infinity();
+      mc.work.fill(std::numeric_limits<double>::infinity());
+      for (const Choice &c : choices_[op.id]) {
+        m.chain = std::min(m.chain, c.chain);
+        mc.fwd = std::min(mc.fwd, c.cost.fwd);
+        mc.bwd = std::min(mc.bwd, c.cost.bwd);
+        mc.sync = std::min(mc.sync, c.cost.sync);
+        mc.tail = std::min(mc.tail, c.cost.tail);
+        for (int f = 0; f < NumPhases; ++f)
+          mc.work[f] = std::min(mc.work[f], c.cost.work[f]);
+      }
     }
     chosen_.assign(g.numOps(), nullptr);
     minWorkAfter_.assign(g.numOps() + 1, 0);
@@ -104,6 +129,21 @@ public:
         best_.strategy = s;
       }
     }
+    // A short seeded MCMC run usually starts the search from a much better
+    // bound than the baselines; it changes how much is pruned and, among
+    // equally fast strategies, which one is returned, never the time.
+    if (const SearcherInfo *mcmc = SearcherRegistry::instance().lookup("mcmc")) {
+      SearchOptions mo = o;
+      mo.budget = Budget{kIncumbentProposals, 0};
+      mo.progress = nullptr;
+      auto r = mcmc->create()->search(p, mo);
+      if (r && r->iterationTime < best_.iterationTime) {
+        best_.iterationTime = r->iterationTime;
+        best_.strategy = r->strategy;
+      } else if (!r) {
+        llvm::consumeError(r.takeError()); // no feasible plan: no bound
+      }
+    }
     p_ = &p;
     o_ = &o;
     n_ = n;
@@ -112,6 +152,11 @@ public:
     leaves_ = 0;
     current_.configs.assign(g.numOps(), OpConfig());
     load_.assign(n, 0);
+    chosen_.assign(g.numOps(), nullptr);
+    Seconds root = chainBound(0);
+    root = std::max({root, releaseBound(0), minWorkAfter_[0] / double(n)});
+    spdlog::info("exhaustive: lower bound {:.4f} ms, best known {:.4f} ms",
+                 root * 1e3, best_.iterationTime * 1e3);
     if (auto err = dfs(0, 0))
       return llvm::Error(std::move(err));
     best_.proposals = leaves_;
@@ -171,7 +216,9 @@ private:
       Seconds bound = std::max({busiest,
                                 (work + c.work + minWorkAfter_[op + 1]) /
                                     static_cast<double>(n_),
-                                chainBound(op)});
+                                chainBound(op + 1)});
+      if (bound < best_.iterationTime)
+        bound = std::max(bound, releaseBound(op + 1));
       if (bound >= best_.iterationTime)
         continue;
       for (auto &[d, s] : c.load)
@@ -186,26 +233,81 @@ private:
     return llvm::Error::success();
   }
 
-  /// The longest dependency chain: a path o1 -> ... -> ok of ops runs
-  /// fwd(o1) .. fwd(ok) then bwd(ok) .. bwd(o1), one after another, so the
-  /// iteration takes at least the largest sum over a path of each op's
-  /// quickest tile (ops up to `upTo` as chosen, later ones at their best).
-  Seconds chainBound(size_t upTo) {
-    Seconds longest = 0;
-    chainTo_.assign(choices_.size(), 0);
-    for (size_t o = 0; o < choices_.size(); ++o) {
-      Seconds in = 0;
+  /// The longest dependency chain: on a path o1 -> ... -> ok of ops,
+  /// fwd(o1) .. fwd(ok) then bwd(ok) .. bwd(oj) run one after another, and
+  /// then oj's weight gradients are all-reduced and its weights updated.
+  /// So the iteration takes at least, for every op oj, the longest forward
+  /// path into it, plus the longest fwd+bwd path out of it, plus its tail,
+  /// each op at its quickest tile: ops below `assigned` as chosen, later
+  /// ones at their best over every configuration.
+  Seconds chainBound(size_t assigned) {
+    size_t n = choices_.size();
+    auto at = [&](size_t o) -> const Choice & {
+      return o < assigned ? *chosen_[o] : minChoice_[o];
+    };
+    fwdTo_.assign(n, 0);
+    for (size_t o = 0; o < n; ++o)
       for (OpId p : preds_[o])
-        in = std::max(in, chainTo_[p]);
-      chainTo_[o] = in + (o <= upTo ? chosen_[o]->chain : minChain_[o]);
-      longest = std::max(longest, chainTo_[o]);
+        fwdTo_[o] = std::max(fwdTo_[o], fwdTo_[p] + at(p).cost.fwd);
+    chainFrom_.assign(n, 0);
+    Seconds longest = 0;
+    for (size_t o = n; o-- > 0;) {
+      Seconds out = 0;
+      for (OpId s : succs_[o])
+        out = std::max(out, chainFrom_[s]);
+      chainFrom_[o] = at(o).chain + out;
+      longest =
+          std::max(longest, fwdTo_[o] + chainFrom_[o] + at(o).cost.tail);
     }
     return longest;
   }
 
+  /// One machine runs jobs one at a time and none before its release
+  /// time, so it finishes no sooner than max over r of (r + the work of
+  /// the jobs released at r or later). The jobs are each op's forward,
+  /// backward and update work, released at the earliest time the chains
+  /// allow (forward: the longest forward path in; backward: that plus the
+  /// op's forward and the longest fwd+bwd path out; updates: that plus the
+  /// op's backward and its quickest all-reduce). Applied per device to the
+  /// ops already chosen, and to all devices together (work over N) with
+  /// later ops at their least work. Uses fwdTo_ and chainFrom_ as
+  /// chainBound(assigned) left them.
+  Seconds releaseBound(size_t assigned) {
+    size_t n = choices_.size();
+    jobs_.assign(n_ + 1, {});
+    for (size_t o = 0; o < n; ++o) {
+      const Choice &c = o < assigned ? *chosen_[o] : minChoice_[o];
+      Seconds out = chainFrom_[o] - c.chain;
+      Seconds rel[NumPhases];
+      rel[Fwd] = fwdTo_[o];
+      rel[Bwd] = rel[Fwd] + c.cost.fwd + out;
+      rel[Upd] = rel[Bwd] + c.cost.bwd + c.cost.sync;
+      for (int f = 0; f < NumPhases; ++f)
+        jobs_[n_].push_back(
+            {rel[f], c.cost.work[f] / static_cast<double>(n_)});
+      if (o < assigned)
+        for (auto &[d, pl] : c.cost.load)
+          for (int f = 0; f < NumPhases; ++f)
+            if (pl[f] > 0)
+              jobs_[d].push_back({rel[f], pl[f]});
+    }
+    Seconds bound = 0;
+    for (auto &js : jobs_) {
+      std::sort(js.begin(), js.end());
+      Seconds after = 0;
+      for (size_t i = js.size(); i-- > 0;) {
+        after += js[i].second;
+        bound = std::max(bound, js[i].first + after);
+      }
+    }
+    return bound;
+  }
+
+  std::vector<std::vector<std::pair<Seconds, Seconds>>> jobs_;
   std::vector<std::vector<Choice>> choices_;
-  std::vector<std::vector<OpId>> preds_;
-  std::vector<Seconds> minChain_, chainTo_;
+  std::vector<std::vector<OpId>> preds_, succs_;
+  std::vector<Choice> minChoice_;
+  std::vector<Seconds> fwdTo_, chainFrom_;
   std::vector<const Choice *> chosen_;
   std::vector<Seconds> minWorkAfter_;
   SearchResult best_;

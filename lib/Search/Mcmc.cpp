@@ -187,9 +187,13 @@ public:
           neighbours[q].push_back(op.id);
         }
     Rng root(o.seed, "mcmc");
+    auto balanced = balancedStrategy(p, space);
+    if (!balanced)
+      return balanced.takeError();
     std::vector<Strategy> initial = {dataParallel(g, p.topo),
                                      expertStrategy(g, p.topo),
-                                     modelParallel(g, p.topo)};
+                                     modelParallel(g, p.topo),
+                                     std::move(*balanced)};
     Strategy random;
     for (const Op &op : g.ops())
       random.configs.push_back(space.sample(op.id, root));

@@ -101,6 +101,14 @@ private:
 /// Registers every searcher; idempotent.
 void registerAllSearchers();
 
+/// The balanced strategy: every op split over as many devices as its
+/// shapes allow (devices 0, 1, ...), with the shape whose busiest device
+/// works least (forward, backward, optimizer steps) plus its weight
+/// all-reduce and update. Op by op, without simulating; an MCMC initial
+/// candidate and the `balanced` baseline.
+llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
+                                          const ConfigSpace &space);
+
 /// Builds and simulates a strategy: (iteration time, fits in memory).
 llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
                                                   const Strategy &s);

@@ -1,4 +1,5 @@
 // The op registry and the builder helpers shared by every op kind.
+#include <algorithm>
 #include "soap/IR/OpRegistry.h"
 
 #include "OpBuilder.h"
@@ -184,6 +185,20 @@ llvm::Expected<OpSemantics> SemBuilder::finish() {
       sem.outputs[j].present = false;
     else if (!sem.outputs[j].present)
       return internalError("output {} has no index map", j);
+  // The backward-weight pass computes the gradient of a contraction's
+  // second operand (MatMul's B, Conv's filter). When that operand is an
+  // activation (attention's Q K^T and P V), its gradient is still computed,
+  // as part of the backward-data pass.
+  bool activationSecond = sem.weightInputs.empty() &&
+                          std::any_of(sem.gradInputs.begin(),
+                                      sem.gradInputs.end(),
+                                      [](int i) { return i > 0; });
+  auto &bwdW = sem.flops[static_cast<int>(Pass::BackwardWeight)];
+  if (activationSecond && !bwdW.empty()) {
+    auto &bwdD = sem.flops[static_cast<int>(Pass::BackwardData)];
+    bwdD.insert(bwdD.end(), bwdW.begin(), bwdW.end());
+    bwdW.clear();
+  }
   return std::move(sem);
 }
 

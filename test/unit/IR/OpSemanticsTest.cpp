@@ -472,6 +472,32 @@ TEST_CASE("loop classes, FLOPs and weights of a convolution", "[IR]") {
   CHECK(s.reducedLoops(0) == std::vector<int>{2, 5, 6});
 }
 
+TEST_CASE("a product of two activations computes both gradients", "[IR]") {
+  // Attention's Q K^T: no weights, yet B's gradient (A^T dC) is computed
+  // beside A's (dC B^T), so the backward-data pass has both products.
+  GraphBuilder b;
+  auto q = b.input({2, 3, 4, 5});
+  auto k = b.input({2, 3, 5, 6});
+  b.op("MatMul", {q, k}, {{2, 3, 4, 6}});
+  requireOk(b.g.computeSemantics());
+  const OpSemantics &s = b.g.op(0).sem;
+  double product = 2.0 * 2 * 3 * 4 * 5 * 6;
+  CHECK(s.gradInputs == std::vector<int>{0, 1});
+  CHECK(s.tileFlops(Pass::Forward, s.fullTile()) == Approx(product));
+  CHECK(s.tileFlops(Pass::BackwardData, s.fullTile()) == Approx(2 * product));
+  CHECK(s.tileFlops(Pass::BackwardWeight, s.fullTile()) == 0);
+  // With a weight as B, its gradient is the backward-weight pass.
+  GraphBuilder w;
+  auto a = w.input({2, 7, 6});
+  w.op("MatMul", {a, w.weight({6, 4})}, {{2, 7, 4}});
+  requireOk(w.g.computeSemantics());
+  const OpSemantics &t = w.g.op(0).sem;
+  CHECK(t.tileFlops(Pass::BackwardData, t.fullTile()) ==
+        Approx(2.0 * 2 * 7 * 6 * 4));
+  CHECK(t.tileFlops(Pass::BackwardWeight, t.fullTile()) ==
+        Approx(2.0 * 2 * 7 * 6 * 4));
+}
+
 TEST_CASE("statistics dims are marked and splits are legal", "[IR]") {
   GraphBuilder b;
   auto a = b.input({4, 10});

@@ -13,20 +13,26 @@
 namespace soap {
 
 std::vector<FrontierCandidate>
-reduceCandidates(std::vector<FrontierCandidate> c) {
-  // Stable: equal (memory, time) keep their input order, a total tie-break.
-  std::stable_sort(c.begin(), c.end(),
-                   [](const FrontierCandidate &a, const FrontierCandidate &b) {
-                     if (a.memory != b.memory)
-                       return a.memory < b.memory;
-                     return a.time < b.time;
-                   });
+reduceCandidates(std::vector<FrontierCandidate> c, double resolution) {
+  // Sort an index by (memory, time, input position): a total order, so the
+  // result is the same as a stable sort's, without moving the candidates.
+  std::vector<uint32_t> idx(c.size());
+  for (size_t i = 0; i < idx.size(); ++i)
+    idx[i] = uint32_t(i);
+  std::sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) {
+    if (c[a].memory != c[b].memory)
+      return c[a].memory < c[b].memory;
+    if (c[a].time != c[b].time)
+      return c[a].time < c[b].time;
+    return a < b;
+  });
   std::vector<FrontierCandidate> out;
   double v = std::numeric_limits<double>::infinity();
-  for (const FrontierCandidate &x : c)
-    if (x.time < v) {
-      out.push_back(x);
-      v = x.time;
+  double keep = 1 - resolution;
+  for (uint32_t i : idx)
+    if (c[i].time < v * keep || (out.empty() && c[i].time < v)) {
+      out.push_back(c[i]);
+      v = c[i].time;
     }
   return out;
 }

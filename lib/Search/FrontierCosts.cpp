@@ -23,6 +23,9 @@ llvm::Error FtOptions::validate() const {
                       maxSplitLoops);
   if (threads < 1 || threads > 256)
     return inputError("--threads must be between 1 and 256, got {}", threads);
+  if (!(resolution >= 0 && resolution < 0.5))
+    return inputError("ft: --resolution must be in [0, 0.5), got {}",
+                      resolution);
   if (maxMergedConfigs < 1)
     return inputError("ft: the merged-configuration cap must be positive");
   return llvm::Error::success();

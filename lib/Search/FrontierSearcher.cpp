@@ -24,7 +24,8 @@ std::optional<FtMode> parseFtMode(llvm::StringRef s) {
 }
 
 llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
-                                                const FtOptions &o) {
+                                                const FtOptions &o,
+                                                size_t maxSimulated) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = FtModel::build(p, o);
   if (!m)
@@ -35,6 +36,7 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   rep.devices = m->devices();
+  rep.options = o;
   rep.stats = r.stats;
   if (!r.stats.exact())
     spdlog::info("ft: heuristic elimination ran {} time(s); the frontier "
@@ -49,21 +51,35 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     rep.points[i].strategy = assignmentStrategy(*m, rep.points[i].point.assignment);
     rep.points[i].devices = rep.devices;
   }
+  size_t n = rep.points.size();
+  std::vector<size_t> pick;
+  if (maxSimulated == 0 || n <= maxSimulated) {
+    for (size_t i = 0; i < n; ++i)
+      pick.push_back(i);
+  } else {
+    for (size_t j = 0; j < maxSimulated; ++j) {
+      size_t i = maxSimulated == 1 ? 0 : j * (n - 1) / (maxSimulated - 1);
+      if (pick.empty() || pick.back() != i)
+        pick.push_back(i);
+    }
+  }
   ThreadPool pool(o.threads);
-  pool.parallelFor(rep.points.size(), [&](size_t i) {
+  pool.parallelFor(pick.size(), [&](size_t j) {
+    size_t i = pick[j];
     auto s = strategyMetrics(p, rep.points[i].strategy);
     if (s)
       sims[i] = *s;
     else
       failures[i] = errorMessage(s.takeError());
   });
-  for (size_t i = 0; i < rep.points.size(); ++i) {
+  for (size_t i : pick) {
     if (!sims[i])
       return makeError(ExitCode::Internal, "ft: simulating frontier point {}: {}",
                        i, failures[i]);
     rep.points[i].simTime = sims[i]->iterationTime;
     rep.points[i].simPeakMemory = sims[i]->peakMemory;
     rep.points[i].simFits = sims[i]->fits;
+    rep.points[i].simulated = true;
   }
   return rep;
 }
@@ -71,19 +87,20 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
 int miniTimePoint(const FtFrontierReport &r) {
   int best = -1;
   for (size_t i = 0; i < r.points.size(); ++i)
-    if (r.points[i].simFits &&
+    if (r.points[i].simulated && r.points[i].simFits &&
         (best < 0 || r.points[i].simTime < r.points[size_t(best)].simTime))
       best = int(i);
   return best;
 }
 
 llvm::Expected<std::vector<FtFrontierReport>>
-profileReports(const SearchProblem &p, const FtOptions &o) {
+profileReports(const SearchProblem &p, const FtOptions &o,
+               size_t maxSimulated) {
   std::vector<FtFrontierReport> out;
   for (size_t n = 1; n <= p.topo.numDevices(); n *= 2) {
     FtOptions on = o;
     on.devices = n;
-    auto r = frontierReport(p, on);
+    auto r = frontierReport(p, on, maxSimulated);
     if (!r)
       return r.takeError();
     out.push_back(std::move(*r));
@@ -111,6 +128,10 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
                        {"branch", r.stats.branchEliminations},
                        {"heuristic", r.stats.heuristicEliminations}};
   j["backbone_nodes"] = r.stats.backbone;
+  j["max_split_loops"] = r.options.maxSplitLoops;
+  j["resolution"] = r.options.resolution;
+  j["tensor_reuse"] = r.options.tensorReuse;
+  j["ldp"] = r.options.useLdp;
   j["configurations"] = r.stats.totalConfigs;
   j["data_parallel"] = dpTime > 0 ? Json{{"sim_time_s", dpTime},
                                          {"sim_peak_memory_bytes", dpMemory}}
@@ -124,9 +145,10 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
                    {"compute_s", s.point.costs.compute},
                    {"network_s", s.point.costs.network},
                    {"reused_tensors", reusedTensors(s.point)},
-                   {"sim_time_s", s.simTime},
-                   {"sim_peak_memory_bytes", s.simPeakMemory},
-                   {"sim_fits", s.simFits}});
+                   {"sim_time_s", s.simulated ? Json(s.simTime) : Json()},
+                   {"sim_peak_memory_bytes",
+                    s.simulated ? Json(s.simPeakMemory) : Json()},
+                   {"sim_fits", s.simulated ? Json(s.simFits) : Json()}});
   }
   j["points"] = std::move(pts);
   int mt = miniTimePoint(r);
@@ -177,6 +199,8 @@ std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
   for (const FtScored &p : r.points) {
     est += fmt::format("{:.1f},{:.1f} ", x(p.point.costs.memory),
                        y(p.point.costs.time));
+    if (!p.simulated)
+      continue;
     sim += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
                        "fill=\"{}\"/>\n",
                        x(double(p.simPeakMemory)), y(p.simTime),
@@ -204,15 +228,18 @@ std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
 
 namespace {
 
+/// Points the searcher re-scores with the simulator.
+constexpr size_t kSimulatedPoints = 32;
+
 class FtSearcher : public Searcher {
 public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,
                                       const SearchOptions &so) override {
     if (auto err = so.validate())
       return llvm::Error(std::move(err));
-    FtOptions o;
+    FtOptions o = FtOptions::fast();
     o.threads = so.threads;
-    auto r = frontierReport(p, o);
+    auto r = frontierReport(p, o, kSimulatedPoints);
     if (!r)
       return r.takeError();
     int best = miniTimePoint(*r);

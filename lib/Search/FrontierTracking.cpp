@@ -9,6 +9,7 @@
 #include <cassert>
 #include <limits>
 #include <map>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -117,7 +118,7 @@ Tracker::compute(size_t n, const std::function<void(size_t, Cands &)> &gen) {
   pool_.parallelFor(n, [&](size_t i) {
     Cands c;
     gen(i, c);
-    slots[i] = reduceCandidates(std::move(c));
+    slots[i] = reduceCandidates(std::move(c), o_.resolution);
   });
   std::vector<Frontier> out(n);
   for (size_t i = 0; i < n; ++i)
@@ -158,7 +159,7 @@ void Tracker::eliminateIsolated(int i) {
   Cands c;
   for (const Frontier &f : nodes_[size_t(i)].f)
     appendProduct(c, constant_, f);
-  constant_ = arena_.materialize(reduceCandidates(std::move(c)));
+  constant_ = arena_.materialize(reduceCandidates(std::move(c), o_.resolution));
   killNode(i);
 }
 
@@ -245,7 +246,7 @@ void Tracker::eliminateHeuristic(int i) {
   }
   Cands c;
   appendProduct(c, constant_, ni.f[best]);
-  constant_ = arena_.materialize(reduceCandidates(std::move(c)));
+  constant_ = arena_.materialize(reduceCandidates(std::move(c), o_.resolution));
   std::vector<std::pair<int, size_t>> adj(ni.adj.begin(), ni.adj.end());
   for (auto [j, e] : adj) {
     std::vector<Frontier> nf = compute(K(j), [&](size_t kj, Cands &cc) {
@@ -298,7 +299,7 @@ Frontier Tracker::linearDp(const std::vector<int> &chain) {
   Cands c;
   for (const Frontier &f : cf)
     appendProduct(c, f, constant_);
-  return arena_.materialize(reduceCandidates(std::move(c)));
+  return arena_.materialize(reduceCandidates(std::move(c), o_.resolution));
 }
 
 FtResult Tracker::run() {
@@ -336,7 +337,7 @@ FtResult Tracker::run() {
         k.parts[0] = leaves[r];
         c.push_back(k);
       }
-      f[x] = arena_.materialize(reduceCandidates(std::move(c)));
+      f[x] = arena_.materialize(reduceCandidates(std::move(c), o_.resolution));
     }
     addEdge(ed.producer, ed.consumer, std::move(f));
   }
@@ -361,6 +362,8 @@ FtResult Tracker::run() {
       break;
     if (pick >= 0) {
       size_t deg = nodes_[size_t(pick)].adj.size();
+      spdlog::debug("ft: eliminate {} (degree {}, K {}), chain {}, max frontier {}",
+                    pick, deg, K(pick), chain.size(), stats_.maxFrontier);
       if (deg == 0)
         eliminateIsolated(pick);
       else if (deg == 1)
@@ -387,6 +390,7 @@ FtResult Tracker::run() {
       }
     }
     if (bi >= 0) {
+      spdlog::debug("ft: merge {} into {} ({} configurations)", bi, bh, bsize);
       mergeBranch(bi, bh);
       continue;
     }

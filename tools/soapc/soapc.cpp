@@ -198,7 +198,17 @@ static cl::opt<std::string> ftOutputOpt("o",
 static cl::opt<int> ftSplitOpt(
     "max-split-loops",
     cl::desc("Loops an op may split at once (the device mesh's dimensions)"),
-    cl::init(2), cl::sub(frontierCmd), cl::cat(soapCat));
+    cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<double> ftResolutionOpt(
+    "resolution",
+    cl::desc("Keep a frontier point only when it is faster by more than this "
+             "fraction (0: the exact frontier)"),
+    cl::init(0.01), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<unsigned> ftSimulateOpt(
+    "simulate",
+    cl::desc("Re-score at most this many points, spread over the frontier, "
+             "with the simulator (0: all)"),
+    cl::init(32), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<bool>
     ftNoReuseOpt("no-reuse",
                  cl::desc("Keep both copies of every re-scheduled tensor "
@@ -640,12 +650,14 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
     for (uint8_t x : p.point.assignment.reuse)
       reused += x != 0;
     llvm::outs() << fmt::format(
-        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>8.3f} ms "
+        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>11} "
         "{:>12} {:>4}{}\n",
         i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
-        p.simTime * 1e3, formatBytes(double(p.simPeakMemory)),
-        p.simFits ? "yes" : "no", int(i) == chosen ? "  <- chosen" : "");
+        p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
+        p.simulated ? formatBytes(double(p.simPeakMemory)) : "-",
+        !p.simulated ? "-" : p.simFits ? "yes" : "no",
+        int(i) == chosen ? "  <- chosen" : "");
   }
   llvm::outs() << fmt::format(
       "data parallel (simulator): {:.3f} ms, {} per device{}\n",
@@ -667,6 +679,7 @@ static llvm::Error runFrontier() {
   FtOptions o;
   o.threads = *threadsOpt;
   o.maxSplitLoops = ftSplitOpt;
+  o.resolution = ftResolutionOpt;
   o.tensorReuse = !ftNoReuseOpt;
   o.useLdp = !ftNoLdpOpt;
   if (auto err = o.validate())
@@ -680,13 +693,13 @@ static llvm::Error runFrontier() {
   size_t chosenReport = 0;
   int chosen = -1;
   if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime) {
-    auto r = frontierReport(prob, o);
+    auto r = frontierReport(prob, o, ftSimulateOpt);
     if (!r)
       return r.takeError();
     reports.push_back(std::move(*r));
     chosen = miniTimePoint(reports[0]);
   } else {
-    auto rs = profileReports(prob, o);
+    auto rs = profileReports(prob, o, ftSimulateOpt);
     if (!rs)
       return rs.takeError();
     reports = std::move(*rs);
@@ -765,7 +778,16 @@ static llvm::Error runFrontier() {
                                        formatBytes(double(
                                            rep.points[0].simPeakMemory))));
   }
-  const FtScored &pt = rep.points[size_t(chosen)];
+  FtScored &pt = rep.points[size_t(chosen)];
+  if (!pt.simulated) {
+    auto sm = strategyMetrics(prob, pt.strategy);
+    if (!sm)
+      return sm.takeError();
+    pt.simTime = sm->iterationTime;
+    pt.simPeakMemory = sm->peakMemory;
+    pt.simFits = sm->fits;
+    pt.simulated = true;
+  }
   if (*mode != FtMode::Frontier)
     llvm::outs() << fmt::format("{}: {} devices, point {}: {:.3f} ms, {} per "
                                 "device (simulator)\n",

@@ -40,9 +40,12 @@ struct FrontierCandidate {
 /// TensorOpt Algorithm 1: sort by memory (then time, then input order) and
 /// keep each tuple faster than every tuple before it. Stable and total, so
 /// the result does not depend on how the candidates were produced in
-/// parallel as long as their order is fixed.
-std::vector<FrontierCandidate> reduceCandidates(
-    std::vector<FrontierCandidate> c);
+/// parallel as long as their order is fixed. With `resolution` > 0 a tuple
+/// is kept only when it is faster by more than that fraction (an
+/// epsilon-frontier: each dropped tuple is within the fraction of a kept
+/// one that needs no more memory).
+std::vector<FrontierCandidate>
+reduceCandidates(std::vector<FrontierCandidate> c, double resolution = 0);
 
 /// Product (Cartesian, costs added) of up to three frontiers appended to
 /// `out` as candidates (the union of several products is several calls).

@@ -36,8 +36,20 @@ struct FtOptions {
   /// Branch elimination may merge two nodes into one of at most this many
   /// joint configurations; beyond it heuristic elimination fixes a node.
   size_t maxMergedConfigs = 4096;
+  /// Relative time a frontier point must gain to be kept (0: the exact
+  /// frontier; see reduceCandidates).
+  double resolution = 0;
   int threads = 1;
   llvm::Error validate() const;
+  /// What `--search ft` and `soapc frontier` use by default: 1-D device
+  /// meshes and a 1% epsilon-frontier (issue 7's bench shows the cost of
+  /// the exact 2-D one).
+  static FtOptions fast() {
+    FtOptions o;
+    o.maxSplitLoops = 1;
+    o.resolution = 0.01;
+    return o;
+  }
 };
 
 /// One configuration of an op: a degree per loop and a replica count whose
@@ -173,25 +185,30 @@ struct FtScored {
   Seconds simTime = 0;
   Bytes simPeakMemory = 0;
   bool simFits = false;
+  bool simulated = false; ///< false: beyond maxSimulated, not re-scored
 };
 
-/// The frontier on `o.devices` devices, every point simulated.
+/// The frontier on `o.devices` devices; up to `maxSimulated` points spread
+/// evenly over it (the first and last always) are simulated, 0 = all.
 struct FtFrontierReport {
   size_t devices = 0;
+  FtOptions options;
   std::vector<FtScored> points;
   FtStats stats;
   double seconds = 0; ///< FT running time (not the simulations)
 };
 llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
-                                                const FtOptions &o);
+                                                const FtOptions &o,
+                                                size_t maxSimulated = 0);
 
-/// Mini-time: the point the simulator finds fastest among those that fit;
-/// an index into `r.points`, or -1.
+/// Mini-time: the point the simulator finds fastest among the simulated
+/// ones that fit; an index into `r.points`, or -1.
 int miniTimePoint(const FtFrontierReport &r);
 
 /// Profile / mini-parallelism: the frontier at 1, 2, 4, ... devices.
 llvm::Expected<std::vector<FtFrontierReport>>
-profileReports(const SearchProblem &p, const FtOptions &o);
+profileReports(const SearchProblem &p, const FtOptions &o,
+               size_t maxSimulated = 0);
 
 /// JSON of a report (schema in README, "Frontier tracking") and an SVG plot
 /// of memory per device against time, FT's estimate and the simulator's.

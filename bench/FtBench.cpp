@@ -47,9 +47,10 @@ int main(int argc, char **argv) {
   int threads = 2;
   bool elimination = true;
   std::string only;
-  int split = 2;
+  // soapc's defaults (FtOptions::fast); the flags give the exact 2-D one.
+  int split = FtOptions::fast().maxSplitLoops;
   bool reuse = true;
-  double resolution = 0;
+  double resolution = FtOptions::fast().resolution;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];

@@ -43,7 +43,6 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
                  "may miss points",
                  r.stats.heuristicEliminations);
   rep.points.resize(r.points.size());
-  std::vector<llvm::Error> errs;
   std::vector<std::optional<SimMetrics>> sims(r.points.size());
   std::vector<std::string> failures(r.points.size());
   for (size_t i = 0; i < r.points.size(); ++i) {
@@ -204,7 +203,7 @@ std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
     sim += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
                        "fill=\"{}\"/>\n",
                        x(double(p.simPeakMemory)), y(p.simTime),
-                       p.simFits ? "tab:orange" : "gray");
+                       p.simFits ? "#ff7f0e" : "gray");
   }
   s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#1f77b4\" "
                    "stroke-width=\"2\"/>\n",
@@ -220,9 +219,6 @@ std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
       "<text x=\"{}\" y=\"{}\" fill=\"#d62728\">square: data parallel"
       "</text>\n</svg>\n",
       W - 200, T + 10, W - 200, T + 26, W - 200, T + 42);
-  // "tab:orange" is not an SVG colour; write the hex.
-  for (size_t pos; (pos = s.find("tab:orange")) != std::string::npos;)
-    s.replace(pos, 10, "#ff7f0e");
   return s;
 }
 

@@ -634,8 +634,12 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
       "branch {}, heuristic {}; backbone {} nodes; {} configurations; "
       "{:.2f} s)\n",
       r.devices, r.points.size(),
-      r.stats.exact() ? "exact" : "heuristic elimination used, may miss "
-                                  "points",
+      !r.stats.exact() ? std::string("heuristic elimination used, may miss "
+                                     "points")
+      : r.options.resolution > 0
+          ? fmt::format("exact eliminations, {:g}% resolution",
+                        r.options.resolution * 100)
+          : std::string("exact"),
       r.stats.nodeEliminations, r.stats.edgeEliminations,
       r.stats.branchEliminations, r.stats.heuristicEliminations,
       r.stats.backbone, r.stats.totalConfigs, r.seconds);

@@ -401,6 +401,201 @@ MODELS = OrderedDict([
 ])
 
 
+
+
+# --------------------------------------------------------------------------
+# TensorOpt Table 1 variants (issue 7): batch 256; weights of 7-108 GB cannot
+# be built in torch here (nor serialised past protobuf's 2 GB), so these are
+# written node by node with onnx.helper, weights as dims-only initializers
+# (stripped like the others).
+# --------------------------------------------------------------------------
+
+class OnnxGraph:
+    """A tiny ONNX graph writer: float weights without data, int64 shape
+    constants with data, a symbolic batch axis "N"."""
+
+    def __init__(self, name):
+        self.name = name
+        self.nodes, self.inits, self.n = [], [], 0
+        self.params = 0
+
+    def fresh(self, base):
+        self.n += 1
+        return "%s_%d" % (base, self.n)
+
+    def weight(self, base, dims):
+        t = onnx.TensorProto()
+        t.name = self.fresh(base)
+        t.data_type = TensorProto.FLOAT
+        t.dims.extend(dims)
+        self.inits.append(t)
+        self.params += math.prod(dims)
+        return t.name
+
+    def const(self, base, values, dtype=TensorProto.INT64, dims=None):
+        name = self.fresh(base)
+        self.inits.append(onnx.helper.make_tensor(
+            name, dtype, [len(values)] if dims is None else dims, values))
+        return name
+
+    def op(self, kind, inputs, outputs=1, **attrs):
+        outs = [self.fresh(kind.lower()) for _ in range(outputs)]
+        self.nodes.append(onnx.helper.make_node(
+            kind, inputs, outs, name=self.fresh(kind), **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def linear(self, x, din, dout, bias=True):
+        y = self.op("MatMul", [x, self.weight("w", [din, dout])])
+        return self.op("Add", [y, self.weight("b", [dout])]) if bias else y
+
+    def model(self, inputs, logits, logits_shape):
+        out = onnx.helper.make_tensor_value_info(
+            "logits", TensorProto.FLOAT, logits_shape)
+        self.nodes.append(onnx.helper.make_node(
+            "Identity", [logits], ["logits"], name="logits"))
+        g = onnx.helper.make_graph(self.nodes, self.name, inputs, [out],
+                                   initializer=self.inits)
+        return onnx.helper.make_model(
+            g, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
+            producer_name="soapc export.py")
+
+
+def to_transformer(layers, hidden=4096, ffn=16384, heads=32, seq=64,
+                   vocab=30000):
+    """Transformer encoder (TensorOpt's [26]): post-LN layers of multi-head
+    self-attention and a ReLU FFN, tied to no other weights."""
+    g = OnnxGraph("transformer_to")
+    ids = onnx.helper.make_tensor_value_info("ids", TensorProto.INT64,
+                                             ["N", seq])
+    d = hidden // heads
+    x = g.op("Gather", [g.weight("embed", [vocab, hidden]), "ids"])
+    x = g.op("Add", [x, g.weight("pos", [seq, hidden])])
+    split = g.const("heads", [-1, seq, heads, d])
+    merge = g.const("merge", [-1, seq, hidden])
+    scale = g.const("scale", [1.0 / math.sqrt(d)], TensorProto.FLOAT, [])
+    for _ in range(layers):
+        q, k, v = (g.op("Reshape", [g.linear(x, hidden, hidden), split])
+                   for _ in range(3))
+        q = g.op("Transpose", [q], perm=[0, 2, 1, 3])
+        k = g.op("Transpose", [k], perm=[0, 2, 3, 1])
+        v = g.op("Transpose", [v], perm=[0, 2, 1, 3])
+        s = g.op("Mul", [g.op("MatMul", [q, k]), scale])
+        a = g.op("MatMul", [g.op("Softmax", [s], axis=-1), v])
+        a = g.op("Reshape", [g.op("Transpose", [a], perm=[0, 2, 1, 3]),
+                             merge])
+        x = g.op("Add", [x, g.linear(a, hidden, hidden)])
+        x = g.op("LayerNormalization", [x, g.weight("ln", [hidden]),
+                                        g.weight("ln", [hidden])], axis=-1)
+        h = g.op("Relu", [g.linear(x, hidden, ffn)])
+        x = g.op("Add", [x, g.linear(h, ffn, hidden)])
+        x = g.op("LayerNormalization", [x, g.weight("ln", [hidden]),
+                                        g.weight("ln", [hidden])], axis=-1)
+    logits = g.linear(x, hidden, vocab, bias=False)
+    return g.model([ids], logits, ["N", seq, vocab]), g.params
+
+
+def to_rnn(layers=8, hidden=16384, steps=20, vocab=300000):
+    """LSTM language model (TensorOpt's [21]): a large vocabulary, deep wide
+    LSTMs, ~27 G parameters (108 GB)."""
+    g = OnnxGraph("rnn_to")
+    ids = onnx.helper.make_tensor_value_info("ids", TensorProto.INT64,
+                                             ["N", steps])
+    x = g.op("Gather", [g.weight("embed", [vocab, hidden]), "ids"])
+    x = g.op("Transpose", [x], perm=[1, 0, 2])            # [T, N, H]
+    axes = g.const("axes", [1])
+    for _ in range(layers):
+        y = g.op("LSTM", [x, g.weight("W", [1, 4 * hidden, hidden]),
+                          g.weight("R", [1, 4 * hidden, hidden]),
+                          g.weight("B", [1, 8 * hidden])],
+                 hidden_size=hidden)
+        x = g.op("Squeeze", [y, axes])                    # [T, N, H]
+    x = g.op("Transpose", [x], perm=[1, 0, 2])            # [N, T, H]
+    logits = g.linear(x, hidden, vocab)
+    return g.model([ids], logits, ["N", steps, vocab]), g.params
+
+
+def to_wide_resnet(k=8.85, classes=1000):
+    """ResNet-101 bottlenecks (torchvision's wide_resnet layout) with the
+    bottleneck width scaled k-fold: ~1.83 G parameters (7.3 GB)."""
+    g = OnnxGraph("wide_resnet_to")
+    img = onnx.helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                             ["N", 3, 224, 224])
+
+    def conv_bn(x, cin, cout, kernel, stride, relu=True):
+        pad = kernel // 2
+        y = g.op("Conv", [x, g.weight("conv", [cout, cin, kernel, kernel])],
+                 kernel_shape=[kernel, kernel], strides=[stride, stride],
+                 pads=[pad] * 4)
+        y = g.op("BatchNormalization",
+                 [y, g.weight("bn", [cout]), g.weight("bn", [cout]),
+                  g.weight("mean", [cout]), g.weight("var", [cout])],
+                 outputs=3, training_mode=1)[0]
+        return g.op("Relu", [y]) if relu else y
+
+    x = conv_bn("input", 3, 64, 7, 2)
+    x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2],
+             pads=[1, 1, 1, 1])
+    cin = 64
+    for i, (planes, blocks) in enumerate(zip([64, 128, 256, 512],
+                                             [3, 4, 23, 3])):
+        width, cout = int(planes * k), planes * 4
+        for b in range(blocks):
+            stride = 2 if b == 0 and i > 0 else 1
+            y = conv_bn(x, cin, width, 1, 1)
+            y = conv_bn(y, width, width, 3, stride)
+            y = conv_bn(y, width, cout, 1, 1, relu=False)
+            if b == 0:
+                x = conv_bn(x, cin, cout, 1, stride, relu=False)
+            x = g.op("Relu", [g.op("Add", [y, x])])
+            cin = cout
+    x = g.op("Flatten", [g.op("GlobalAveragePool", [x])], axis=1)
+    logits = g.op("Gemm", [x, g.weight("fc", [classes, cin]),
+                           g.weight("fc_b", [classes])], transB=1)
+    return g.model([img], logits, ["N", classes]), g.params
+
+
+# name -> (builder, TensorOpt Table 1 parameter GB); VGG16 is the zoo's vgg16
+VARIANTS = OrderedDict([
+    ("transformer_to", (lambda: to_transformer(11), 9.7)),
+    ("transformer_10g", (lambda: to_transformer(12), 9.7)),
+    ("rnn_to", (to_rnn, 108)),
+    ("wide_resnet_to", (to_wide_resnet, 7.3)),
+])
+
+
+def export_variant(name, out_dir):
+    builder, paper_gb = VARIANTS[name]
+    proto, n_params = builder()
+    # BatchNorm running statistics are State, not trainable parameters.
+    w = weight_params(proto)
+    proto = onnx.shape_inference.infer_shapes(proto, check_type=True,
+                                              strict_mode=True)
+    fname = name + ".onnx"
+    path = os.path.join(out_dir, fname)
+    onnx.save(proto, path)
+    ops = Counter(n.op_type for n in proto.graph.node)
+    unsupported = sorted(set(ops) - SUPPORTED_OPS)
+    print("%-17s params %12d (%.2f GB; TensorOpt Table 1: %g GB)  nodes %5d"
+          % (name, w, w * 4 / 1e9, paper_gb, len(proto.graph.node)),
+          flush=True)
+    entry = {
+        "pytorch_params": w,
+        "onnx_weight_params": w,
+        "file": fname,
+        "inputs": [{"name": i.name,
+                    "shape": [d.dim_param or d.dim_value
+                              for d in i.type.tensor_type.shape.dim],
+                    "dtype": "int64" if i.type.tensor_type.elem_type ==
+                    TensorProto.INT64 else "float32"}
+                   for i in proto.graph.input],
+        "opset": OPSET,
+        "ops": dict(sorted(ops.items())),
+        "file_bytes": os.path.getsize(path),
+        "tensoropt_table1_gb": paper_gb,
+    }
+    return entry, unsupported
+
+
 # --------------------------------------------------------------------------
 # Export helpers
 # --------------------------------------------------------------------------
@@ -518,10 +713,12 @@ def main():
     opt = ap.parse_args()
 
     torch.set_num_threads(1)
-    names = [n for n in opt.only.split(",") if n] or list(MODELS)
+    names = [n for n in opt.only.split(",") if n] or \
+        list(MODELS) + list(VARIANTS)
     for n in names:
-        if n not in MODELS:
-            sys.exit("unknown model %r (known: %s)" % (n, ", ".join(MODELS)))
+        if n not in MODELS and n not in VARIANTS:
+            sys.exit("unknown model %r (known: %s)"
+                     % (n, ", ".join(list(MODELS) + list(VARIANTS))))
     os.makedirs(opt.out, exist_ok=True)
 
     pjson = os.path.join(opt.out, "params.json")
@@ -533,6 +730,11 @@ def main():
     failures = []
     t_all = time.time()
     for name in names:
+        if name in VARIANTS:
+            table[name], unsupported = export_variant(name, opt.out)
+            if unsupported:
+                failures.append("%s: unsupported ops %s" % (name, unsupported))
+            continue
         t0 = time.time()
         proto, n_params, n_bn, specs = export_proto(name, batch=2)
         t_export = time.time() - t0
@@ -590,7 +792,8 @@ def main():
             print("    UNSUPPORTED: " + ", ".join(unsupported), flush=True)
         del proto
 
-    ordered = OrderedDict((k, table[k]) for k in MODELS if k in table)
+    ordered = OrderedDict((k, table[k]) for k in list(MODELS) + list(VARIANTS)
+                          if k in table)
     with open(pjson, "w") as f:
         json.dump(ordered, f, indent=1)
         f.write("\n")

@@ -91,6 +91,7 @@ void registerBaselineSearchers(SearcherRegistry &r);
 void registerMcmcSearcher(SearcherRegistry &r);
 void registerExhaustiveSearcher(SearcherRegistry &r);
 void registerKCutsSearcher(SearcherRegistry &r);
+void registerFtSearcher(SearcherRegistry &r);
 
 void registerAllSearchers() {
   SearcherRegistry &r = SearcherRegistry::instance();
@@ -100,6 +101,7 @@ void registerAllSearchers() {
   registerMcmcSearcher(r);
   registerExhaustiveSearcher(r);
   registerKCutsSearcher(r);
+  registerFtSearcher(r);
 }
 
 } // namespace soap

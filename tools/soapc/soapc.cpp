@@ -10,6 +10,7 @@
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Plan/Plan.h"
 #include "soap/Search/Driver.h"
+#include "soap/Search/FrontierTracking.h"
 #include "soap/Sim/SimReport.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
@@ -50,12 +51,19 @@ static cl::SubCommand
                "Run several searchers on one model and topology under the "
                "same simulator, one row each");
 
+static cl::SubCommand
+    frontierCmd("frontier",
+                "TensorOpt's cost frontier of iteration time against memory "
+                "per device (frontier tracking), every point re-scored by "
+                "the simulator");
+
 #define SOAP_MODEL_CMDS                                                        \
   cl::sub(dumpCmd), cl::sub(costCmd), cl::sub(simulateCmd),                    \
-      cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
+      cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(frontierCmd),            \
+      cl::sub(*cl::TopLevelSubCommand)
 #define SOAP_MACHINE_CMDS                                                      \
   cl::sub(costCmd), cl::sub(simulateCmd), cl::sub(compareCmd),                 \
-      cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
+      cl::sub(checkCmd), cl::sub(frontierCmd), cl::sub(*cl::TopLevelSubCommand)
 #define SOAP_SEARCH_CMDS                                                       \
   cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
 
@@ -162,6 +170,55 @@ static cl::opt<std::string> outputOpt("o", cl::desc("Write the plan here"),
                                       cl::value_desc("plan.json"),
                                       cl::sub(*cl::TopLevelSubCommand),
                                       cl::cat(soapCat));
+
+static cl::opt<std::string> ftModeOpt(
+    "mode",
+    cl::desc("frontier: print the whole frontier; mini-time: the fastest "
+             "point that fits; mini-parallelism: the fewest devices (1, 2, "
+             "4, ...) with a point that fits; profile: the fastest point "
+             "that fits per device count"),
+    cl::init("frontier"), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<std::string>
+    ftJsonOpt("write-json", cl::desc("Write the frontier as JSON here"),
+              cl::value_desc("frontier.json"), cl::sub(frontierCmd),
+              cl::cat(soapCat));
+static cl::opt<std::string>
+    ftSvgOpt("svg", cl::desc("Plot the frontier (memory against time) here"),
+             cl::value_desc("frontier.svg"), cl::sub(frontierCmd),
+             cl::cat(soapCat));
+static cl::opt<int> ftPointOpt(
+    "point",
+    cl::desc("The frontier point -o writes (default: the mode's choice, "
+             "else the mini-time point)"),
+    cl::init(-1), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<std::string> ftOutputOpt("o",
+                                        cl::desc("Write a point as a plan"),
+                                        cl::value_desc("plan.json"),
+                                        cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<int> ftSplitOpt(
+    "max-split-loops",
+    cl::desc("Loops an op may split at once (the device mesh's dimensions)"),
+    cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<double> ftResolutionOpt(
+    "resolution",
+    cl::desc("Keep a frontier point only when it is faster by more than this "
+             "fraction (0: the exact frontier)"),
+    cl::init(0.01), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<unsigned> ftSimulateOpt(
+    "simulate",
+    cl::desc("Re-score at most this many points, spread over the frontier, "
+             "with the simulator (0: all)"),
+    cl::init(32), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<bool>
+    ftNoReuseOpt("no-reuse",
+                 cl::desc("Keep both copies of every re-scheduled tensor "
+                          "(no TensorOpt tensor reuse)"),
+                 cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<bool> ftNoLdpOpt(
+    "no-ldp",
+    cl::desc("Eliminate down to one node instead of the linear DP "
+             "(FT-Elimination)"),
+    cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
 
 static cl::opt<bool>
     researchOpt("research",
@@ -386,6 +443,40 @@ static llvm::Expected<SearchOptions> searchOptions() {
   return o;
 }
 
+/// Writes `strategy` as a plan recording how it was found.
+static llvm::Error writeSearchPlan(const Setup &s, const Strategy &strategy,
+                                   const SimMetrics &m, Seconds dpTime,
+                                   const std::string &searcher, uint64_t seed,
+                                   const std::string &path) {
+  auto modelSha = sha256File(modelPath);
+  if (!modelSha)
+    return modelSha.takeError();
+  auto topoSha = sha256File(topologyOpt);
+  if (!topoSha)
+    return topoSha.takeError();
+  PlanInputs in;
+  in.modelPath = modelPath;
+  in.modelSha256 = *modelSha;
+  in.batch = s.batch;
+  in.unrollRnn = unrollRnn;
+  in.appendLoss = !noLoss;
+  in.topologyPath = topologyOpt;
+  in.topologySha256 = *topoSha;
+  in.searcher = searcher;
+  in.seed = seed;
+  in.budget = budgetOpt;
+  in.space = spaceOpt;
+  in.costModel = costModelOpt;
+  in.optimizer = optimizerOpt;
+  Plan plan = makePlan(*s.graph, *s.topo, strategy, in,
+                       planFigures(m, s.batch, dpTime));
+  if (auto err = writePlan(plan, path))
+    return err;
+  if (path != "-")
+    llvm::outs() << "plan: " << path << "\n";
+  return llvm::Error::success();
+}
+
 static llvm::Error runSearchCommand() {
   auto su = setUp();
   if (!su)
@@ -413,34 +504,9 @@ static llvm::Error runSearchCommand() {
                          : std::string("n/a (data parallel does not fit)"),
       formatBytes(m.peakMemory), formatBytes(m.capacity),
       formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
-  if (!outputOpt.empty()) {
-    auto modelSha = sha256File(modelPath);
-    if (!modelSha)
-      return modelSha.takeError();
-    auto topoSha = sha256File(topologyOpt);
-    if (!topoSha)
-      return topoSha.takeError();
-    PlanInputs in;
-    in.modelPath = modelPath;
-    in.modelSha256 = *modelSha;
-    in.batch = s.batch;
-    in.unrollRnn = unrollRnn;
-    in.appendLoss = !noLoss;
-    in.topologyPath = topologyOpt;
-    in.topologySha256 = *topoSha;
-    in.searcher = out->searcher;
-    in.seed = o->seed;
-    in.budget = budgetOpt;
-    in.space = spaceOpt;
-    in.costModel = costModelOpt;
-    in.optimizer = optimizerOpt;
-    Plan plan = makePlan(*s.graph, *s.topo, out->result.strategy, in,
-                         planFigures(m, s.batch, out->dataParallelTime));
-    if (auto err = writePlan(plan, outputOpt))
-      return err;
-    if (outputOpt != "-")
-      llvm::outs() << "plan: " << outputOpt << "\n";
-  }
+  if (!outputOpt.empty())
+    return writeSearchPlan(s, out->result.strategy, m, out->dataParallelTime,
+                           out->searcher, o->seed, outputOpt);
   return llvm::Error::success();
 }
 
@@ -560,6 +626,192 @@ static llvm::Error runCompare() {
   return llvm::Error::success();
 }
 
+
+static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
+                          int chosen) {
+  llvm::outs() << fmt::format(
+      "frontier on {} devices: {} points, {} (eliminations: node {}, edge {}, "
+      "branch {}, heuristic {}; backbone {} nodes; {} configurations; "
+      "{:.2f} s)\n",
+      r.devices, r.points.size(),
+      !r.stats.exact() ? std::string("heuristic elimination used, may miss "
+                                     "points")
+      : r.options.resolution > 0
+          ? fmt::format("exact eliminations, {:g}% resolution",
+                        r.options.resolution * 100)
+          : std::string("exact"),
+      r.stats.nodeEliminations, r.stats.edgeEliminations,
+      r.stats.branchEliminations, r.stats.heuristicEliminations,
+      r.stats.backbone, r.stats.totalConfigs, r.seconds);
+  llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
+                              "{:>11} {:>12} {:>4}\n",
+                              "point", "memory(FT)", "time(FT)", "compute",
+                              "network", "reuse", "time(sim)", "memory(sim)",
+                              "fits");
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const FtScored &p = r.points[i];
+    size_t reused = 0;
+    for (uint8_t x : p.point.assignment.reuse)
+      reused += x != 0;
+    llvm::outs() << fmt::format(
+        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>11} "
+        "{:>12} {:>4}{}\n",
+        i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
+        p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
+        p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
+        p.simulated ? formatBytes(double(p.simPeakMemory)) : "-",
+        !p.simulated ? "-" : p.simFits ? "yes" : "no",
+        int(i) == chosen ? "  <- chosen" : "");
+  }
+  llvm::outs() << fmt::format(
+      "data parallel (simulator): {:.3f} ms, {} per device{}\n",
+      dp.iterationTime * 1e3, formatBytes(double(dp.peakMemory)),
+      dp.fits ? "" : " (does not fit)");
+}
+
+/// soapc frontier: TensorOpt's cost frontier and its modes (section 4.1).
+static llvm::Error runFrontier() {
+  auto su = setUp();
+  if (!su)
+    return su.takeError();
+  Setup &s = **su;
+  auto mode = parseFtMode(ftModeOpt);
+  if (!mode)
+    return inputError("--mode must be frontier, mini-time, mini-parallelism "
+                      "or profile, got '{}'",
+                      ftModeOpt.getValue());
+  FtOptions o;
+  o.threads = *threadsOpt;
+  o.maxSplitLoops = ftSplitOpt;
+  o.resolution = ftResolutionOpt;
+  o.tensorReuse = !ftNoReuseOpt;
+  o.useLdp = !ftNoLdpOpt;
+  if (auto err = o.validate())
+    return err;
+  SearchProblem prob = s.problem();
+  auto dp = strategyMetrics(prob, dataParallel(*s.graph, *s.topo));
+  if (!dp)
+    return dp.takeError();
+  Seconds dpTime = dp->fits ? dp->iterationTime : 0;
+  std::vector<FtFrontierReport> reports;
+  size_t chosenReport = 0;
+  int chosen = -1;
+  if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime) {
+    auto r = frontierReport(prob, o, ftSimulateOpt);
+    if (!r)
+      return r.takeError();
+    reports.push_back(std::move(*r));
+    chosen = miniTimePoint(reports[0]);
+  } else {
+    auto rs = profileReports(prob, o, ftSimulateOpt);
+    if (!rs)
+      return rs.takeError();
+    reports = std::move(*rs);
+    llvm::outs() << fmt::format("{:>7} {:>7} {:>14} {:>16} {:>6}\n",
+                                "devices", "points", "least memory",
+                                "fastest fitting", "point");
+    for (size_t i = 0; i < reports.size(); ++i) {
+      int b = miniTimePoint(reports[i]);
+      const FtFrontierReport &r = reports[i];
+      llvm::outs() << fmt::format(
+          "{:>7} {:>7} {:>14} {:>16} {:>6}\n", r.devices, r.points.size(),
+          r.points.empty() ? std::string("-")
+                           : formatBytes(double(r.points[0].simPeakMemory)),
+          b < 0 ? std::string("does not fit")
+                : fmt::format("{:.3f} ms",
+                              r.points[size_t(b)].simTime * 1e3),
+          b < 0 ? std::string("-") : std::to_string(b));
+      if (b >= 0 && chosen < 0 && *mode == FtMode::MiniParallelism) {
+        chosen = b;
+        chosenReport = i;
+      }
+    }
+    if (*mode == FtMode::Profile) {
+      // The fastest over all device counts.
+      for (size_t i = 0; i < reports.size(); ++i) {
+        int b = miniTimePoint(reports[i]);
+        if (b >= 0 &&
+            (chosen < 0 || reports[i].points[size_t(b)].simTime <
+                               reports[chosenReport]
+                                   .points[size_t(chosen)]
+                                   .simTime)) {
+          chosen = b;
+          chosenReport = i;
+        }
+      }
+    }
+  }
+  FtFrontierReport &rep = reports[chosenReport];
+  if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime)
+    printFrontier(rep, *dp, chosen);
+  if (!ftJsonOpt.empty()) {
+    Json j;
+    if (reports.size() == 1) {
+      j = frontierJson(rep, *s.graph, *s.topo, dpTime, dp->peakMemory);
+    } else {
+      j["profile"] = Json::array();
+      for (const FtFrontierReport &r : reports)
+        j["profile"].push_back(
+            frontierJson(r, *s.graph, *s.topo, dpTime, dp->peakMemory));
+    }
+    if (auto err = writeFileAtomic(ftJsonOpt, dumpJson(j)))
+      return err;
+  }
+  if (!ftSvgOpt.empty())
+    if (auto err = writeFileAtomic(
+            ftSvgOpt, frontierSvg(rep, *s.graph, dpTime, dp->peakMemory)))
+      return err;
+  if (ftPointOpt >= 0) {
+    if (size_t(ftPointOpt) >= rep.points.size())
+      return inputError("--point {}: the frontier has {} points (0 to {})",
+                        int(ftPointOpt), rep.points.size(),
+                        rep.points.size() - 1);
+    chosen = ftPointOpt;
+  }
+  if (chosen < 0) {
+    if (*mode == FtMode::Frontier && ftOutputOpt.empty())
+      return llvm::Error::success();
+    return makeError(ExitCode::Infeasible,
+                     "{}: no point of the cost frontier fits in device "
+                     "memory on {} ({} per device){}",
+                     modelPath.getValue(), s.topo->name(),
+                     formatBytes(double(s.topo->deviceSpec().memoryBytes)),
+                     rep.points.empty()
+                         ? std::string()
+                         : fmt::format("; the least memory point needs {}",
+                                       formatBytes(double(
+                                           rep.points[0].simPeakMemory))));
+  }
+  FtScored &pt = rep.points[size_t(chosen)];
+  if (!pt.simulated) {
+    auto sm = strategyMetrics(prob, pt.strategy);
+    if (!sm)
+      return sm.takeError();
+    pt.simTime = sm->iterationTime;
+    pt.simPeakMemory = sm->peakMemory;
+    pt.simFits = sm->fits;
+    pt.simulated = true;
+  }
+  if (*mode != FtMode::Frontier)
+    llvm::outs() << fmt::format("{}: {} devices, point {}: {:.3f} ms, {} per "
+                                "device (simulator)\n",
+                                ftModeOpt.getValue(), rep.devices, chosen,
+                                pt.simTime * 1e3,
+                                formatBytes(double(pt.simPeakMemory)));
+  if (ftOutputOpt.empty())
+    return llvm::Error::success();
+  if (!pt.simFits)
+    return makeError(ExitCode::Infeasible,
+                     "point {} does not fit in device memory under the "
+                     "simulator ({} per device); no plan written",
+                     chosen, formatBytes(double(pt.simPeakMemory)));
+  auto m = strategyMetrics(prob, pt.strategy);
+  if (!m)
+    return m.takeError();
+  return writeSearchPlan(s, pt.strategy, *m, dpTime, "ft", seedOpt,
+                         ftOutputOpt);
+}
+
 int main(int argc, char **argv) {
   if (cl::Option *llvmThreads =
           cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
@@ -568,7 +820,7 @@ int main(int argc, char **argv) {
                               cl::desc("Threads running the chains (the "
                                        "result does not depend on it)"),
                               cl::init(1), SOAP_SEARCH_CMDS,
-                              cl::cat(soapCat));
+                              cl::sub(frontierCmd), cl::cat(soapCat));
   threadsOpt = &threads;
   registerAllSearchers();
   std::string searchers;
@@ -585,6 +837,9 @@ int main(int argc, char **argv) {
       "[--budget 20000|30s] [--seed N] [-o plan.json]\n"
       "  soapc compare model.onnx --topology cluster.json --search "
       "mcmc,data,model,expert\n"
+      "  soapc frontier model.onnx --topology cluster.json "
+      "[--mode frontier|mini-time|mini-parallelism|profile] [--write-json F] "
+      "[--svg F] [--point N -o plan.json]\n"
       "  soapc check plan.json [model.onnx] [--topology cluster.json] "
       "[--research --tolerance 2%]\n"
       "  soapc simulate model.onnx --topology cluster.json "
@@ -611,6 +866,8 @@ int main(int argc, char **argv) {
     err = runCompare();
   else if (checkCmd)
     err = runCheck();
+  else if (frontierCmd)
+    err = runFrontier();
   else if (!modelPath.empty())
     err = runSearchCommand();
   else {

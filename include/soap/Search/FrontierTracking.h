@@ -1,0 +1,226 @@
+// TensorOpt's Frontier Tracking (Cai et al., "TensorOpt: Exploring the
+// Tradeoffs in Distributed DNN Training with Auto-Parallelism", sections 3
+// and 4): the Pareto frontier of (iteration time, memory per device) over
+// per-op parallel configurations, by eliminations down to a linear graph
+// and a linear DP over frontiers.
+//
+// The configuration set (TensorOpt 2.1): every op is parallelised over all
+// devices in use, with power-of-two degrees on at most `maxSplitLoops` of
+// its IR loops (S/A/P/R alike) and the rest of the devices as replicas;
+// devices follow the tile order (no placement choice).
+#ifndef SOAP_SEARCH_FRONTIERTRACKING_H
+#define SOAP_SEARCH_FRONTIERTRACKING_H
+
+#include "soap/Search/Frontier.h"
+#include "soap/Search/Searcher.h"
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace soap {
+
+struct FtOptions {
+  /// Devices the configurations use: 0 = the largest power of two that the
+  /// topology has (TensorOpt's parallelism; mini-parallelism varies it).
+  size_t devices = 0;
+  /// Loops split at once (a device mesh of this many dimensions).
+  int maxSplitLoops = 2;
+  /// TensorOpt 4.2: a re-scheduled tensor both sides save for backward may
+  /// keep the copy before, after, or both.
+  bool tensorReuse = true;
+  /// Linear DP over the marked backbone (FT-LDP); false eliminates down to
+  /// one node instead (FT-Elimination, for comparison).
+  bool useLdp = true;
+  /// Branch elimination may merge two nodes into one of at most this many
+  /// joint configurations; beyond it heuristic elimination fixes a node.
+  size_t maxMergedConfigs = 4096;
+  /// Relative time a frontier point must gain to be kept (0: the exact
+  /// frontier; see reduceCandidates).
+  double resolution = 0;
+  int threads = 1;
+  llvm::Error validate() const;
+  /// What `--search ft` and `soapc frontier` use by default: 1-D device
+  /// meshes and a 1% epsilon-frontier (issue 7's bench shows the cost of
+  /// the exact 2-D one).
+  static FtOptions fast() {
+    FtOptions o;
+    o.maxSplitLoops = 1;
+    o.resolution = 0.01;
+    return o;
+  }
+};
+
+/// One configuration of an op: a degree per loop and a replica count whose
+/// product is the device count.
+struct FtConfig {
+  std::vector<int32_t> degree;
+  int32_t replicas = 1;
+};
+
+/// One producer-output -> consumer-input use of an activation.
+struct FtEdge {
+  OpId producer;
+  int output;
+  OpId consumer;
+  int input;
+  ValueId value;
+};
+
+/// An edge option: re-scheduling time (forward and backward), memory delta
+/// (tensor reuse drops a saved copy), and its name.
+struct FtEdgeOption {
+  Seconds time = 0;
+  double memory = 0;
+};
+
+/// Initialisation (TensorOpt Eq. 1 and 2): the configurations of every op
+/// with their costs, and every edge's options per configuration pair.
+class FtModel {
+public:
+  static llvm::Expected<FtModel> build(const SearchProblem &p,
+                                       const FtOptions &o);
+
+  size_t numOps() const { return configs_.size(); }
+  size_t devices() const { return devices_; }
+  const std::vector<FtConfig> &configs(OpId o) const { return configs_[o]; }
+  /// Eq. 1 per configuration: computation (forward + backward kernels),
+  /// synchronisation (weight-gradient, statistics and partial-sum
+  /// all-reduces, re-scheduling of graph inputs loaded data-parallel), and
+  /// memory per device (weights, gradients, optimizer state, saved
+  /// activations).
+  Seconds computeTime(OpId o, size_t k) const { return compute_[o][k]; }
+  Seconds syncTime(OpId o, size_t k) const { return sync_[o][k]; }
+  double memory(OpId o, size_t k) const { return memory_[o][k]; }
+  const std::vector<FtEdge> &edges() const { return edges_; }
+  /// Eq. 2 options of edge `e` for producer config `a`, consumer config `b`:
+  /// option 0 keeps both copies; with tensor reuse 1 keeps the copy before
+  /// re-scheduling, 2 the copy after.
+  const std::vector<FtEdgeOption> &edgeOptions(size_t e, size_t a,
+                                               size_t b) const {
+    return edgeOpts_[e][a * configs_[edges_[e].consumer].size() + b];
+  }
+  /// The cheapest sequence of collectives from one split of a tensor to
+  /// another (a shortest path over the collective model); exposed for tests.
+  /// Splits are log2 degrees per tensor dim, then partial sum, replicas.
+  Seconds reschedule(const std::vector<int64_t> &shape, Bytes elemBytes,
+                     const std::vector<uint8_t> &from,
+                     const std::vector<uint8_t> &to) const;
+
+  /// The configuration as a Strategy op config (devices in tile order).
+  OpConfig opConfig(OpId o, size_t k) const;
+
+private:
+  friend struct FtModelBuilder;
+  size_t devices_ = 1;
+  int maxSplitLoops_ = 2;
+  const SearchProblem *problem_ = nullptr;
+  std::vector<std::vector<FtConfig>> configs_;
+  std::vector<std::vector<Seconds>> compute_, sync_;
+  std::vector<std::vector<double>> memory_;
+  std::vector<FtEdge> edges_;
+  std::vector<std::vector<std::vector<FtEdgeOption>>> edgeOpts_;
+  /// Shortest paths per (rank, bytes, source split): target -> time.
+  mutable std::map<std::tuple<size_t, double, uint64_t>,
+                   std::map<uint64_t, Seconds>>
+      pathCache_;
+};
+
+/// A full choice: a configuration per op and an option per edge.
+struct FtAssignment {
+  std::vector<int32_t> config; ///< per op
+  std::vector<uint8_t> reuse;  ///< per edge
+};
+
+/// Eq. 3 of an assignment: time (compute + network) and memory per device.
+struct FtCosts {
+  Seconds time = 0, compute = 0, network = 0;
+  double memory = 0;
+};
+FtCosts assignmentCosts(const FtModel &m, const FtAssignment &a);
+Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a);
+
+struct FtStats {
+  size_t nodeEliminations = 0, edgeEliminations = 0, branchEliminations = 0,
+         heuristicEliminations = 0;
+  size_t backbone = 0;     ///< nodes left for the linear DP
+  size_t maxFrontier = 0;  ///< largest frontier seen
+  size_t totalConfigs = 0; ///< configurations over all ops
+  size_t traceEntries = 0;
+  /// Exact unless heuristic elimination ran (TensorOpt 3.2).
+  bool exact() const { return heuristicEliminations == 0; }
+};
+
+struct FtPoint {
+  FtCosts costs;
+  FtAssignment assignment;
+};
+
+struct FtResult {
+  std::vector<FtPoint> points; ///< ascending memory, descending time
+  FtStats stats;
+};
+
+/// TensorOpt Algorithm 2: initialisation is `m`; eliminations (Eq. 4-7)
+/// with the linear backbone marked, the linear DP (Algorithm 3), and
+/// unrolling into one assignment per frontier point. Deterministic whatever
+/// `o.threads`.
+FtResult frontierTracking(const FtModel &m, const FtOptions &o);
+
+/// The frontier of every assignment (configurations and edge options), for
+/// tests on small graphs; nullopt-like empty result beyond `limit`
+/// assignments.
+std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit);
+
+/// TensorOpt 4.1's modes.
+enum class FtMode : uint8_t { Frontier, MiniTime, MiniParallelism, Profile };
+std::optional<FtMode> parseFtMode(llvm::StringRef s);
+
+/// A frontier point re-scored by the simulator.
+struct FtScored {
+  FtPoint point;
+  Strategy strategy;
+  size_t devices = 0;
+  Seconds simTime = 0;
+  Bytes simPeakMemory = 0;
+  bool simFits = false;
+  bool simulated = false; ///< false: beyond maxSimulated, not re-scored
+};
+
+/// The frontier on `o.devices` devices; up to `maxSimulated` points spread
+/// evenly over it (the first and last always) are simulated, 0 = all.
+struct FtFrontierReport {
+  size_t devices = 0;
+  FtOptions options;
+  std::vector<FtScored> points;
+  FtStats stats;
+  double seconds = 0; ///< FT running time (not the simulations)
+};
+llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
+                                                const FtOptions &o,
+                                                size_t maxSimulated = 0);
+
+/// Mini-time: the point the simulator finds fastest among the simulated
+/// ones that fit; an index into `r.points`, or -1.
+int miniTimePoint(const FtFrontierReport &r);
+
+/// Profile / mini-parallelism: the frontier at 1, 2, 4, ... devices.
+llvm::Expected<std::vector<FtFrontierReport>>
+profileReports(const SearchProblem &p, const FtOptions &o,
+               size_t maxSimulated = 0);
+
+/// JSON of a report (schema in README, "Frontier tracking") and an SVG plot
+/// of memory per device against time, FT's estimate and the simulator's.
+Json frontierJson(const FtFrontierReport &r, const Graph &g,
+                  const Topology &topo, Seconds dataParallelTime,
+                  Bytes dataParallelMemory);
+std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
+                        Seconds dataParallelTime, Bytes dataParallelMemory);
+
+/// Adds "ft" to the registry (registerAllSearchers calls it).
+void registerFtSearcher(SearcherRegistry &r);
+
+} // namespace soap
+
+#endif // SOAP_SEARCH_FRONTIERTRACKING_H

@@ -1,0 +1,510 @@
+// FT initialisation (TensorOpt section 3.2, "Initialization"): the
+// configurations of every op with their Eq. 1 costs, and every edge's Eq. 2
+// re-scheduling time as the cheapest sequence of collectives between two
+// splits of the tensor (TensorOpt 4.2, a shortest path over the collective
+// model), with the three tensor-reuse options of 4.2.
+#include "soap/Search/FrontierTracking.h"
+
+#include "soap/Support/Error.h"
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <queue>
+
+namespace soap {
+
+llvm::Error FtOptions::validate() const {
+  if (devices != 0 && (devices & (devices - 1)) != 0)
+    return inputError("ft: the device count must be a power of two, got {}",
+                      devices);
+  if (maxSplitLoops < 1 || maxSplitLoops > 4)
+    return inputError("ft: --max-split-loops must be 1 to 4, got {}",
+                      maxSplitLoops);
+  if (threads < 1 || threads > 256)
+    return inputError("--threads must be between 1 and 256, got {}", threads);
+  if (!(resolution >= 0 && resolution < 0.5))
+    return inputError("ft: --resolution must be in [0, 0.5), got {}",
+                      resolution);
+  if (maxMergedConfigs < 1)
+    return inputError("ft: the merged-configuration cap must be positive");
+  return llvm::Error::success();
+}
+
+namespace {
+
+/// A tensor split: log2 degree per tensor dim, then partial-sum degree, then
+/// replicas; the log2s add up to log2(devices). Packed 4 bits a slot.
+using Split = std::vector<uint8_t>;
+
+uint64_t pack(const Split &s) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    k |= uint64_t(s[i]) << (4 * i);
+  return k;
+}
+
+bool indexes(const TensorMap &m, int loop) {
+  for (const DimMap &d : m.dims)
+    if (!d.full)
+      for (const IndexTerm &t : d.terms)
+        if (t.loop == loop && t.coeff != 0)
+          return true;
+  return false;
+}
+
+/// The tensor dim of `m` that `loop` indexes, or -1.
+int dimOf(const TensorMap &m, int loop) {
+  for (size_t d = 0; d < m.dims.size(); ++d)
+    if (!m.dims[d].full)
+      for (const IndexTerm &t : m.dims[d].terms)
+        if (t.loop == loop && t.coeff != 0)
+          return int(d);
+  return -1;
+}
+
+int log2Of(int64_t x) {
+  int q = 0;
+  while ((int64_t(1) << q) < x)
+    ++q;
+  return q;
+}
+
+} // namespace
+
+/// Builds an FtModel; the shortest-path cache lives here while building and
+/// in the model for reschedule() afterwards.
+struct FtModelBuilder {
+  const SearchProblem &p;
+  FtModel &m;
+  int bits = 0;
+
+  static std::mutex &cacheMutex() {
+    static std::mutex mu;
+    return mu;
+  }
+
+  /// Collective time on the group of 2^q devices with stride 2^s.
+  Seconds collective(Collective kind, int q, int s, double bytes) const {
+    std::vector<DeviceId> group;
+    for (int64_t i = 0; i < (int64_t(1) << q); ++i)
+      group.push_back(DeviceId(i << s));
+    return p.collectives.time(kind, group, Bytes(std::ceil(bytes)));
+  }
+
+  /// Dijkstra from `from` over every split of a rank-R tensor of `total`
+  /// bytes; edges are single collectives (all-reduce or reduce-scatter of a
+  /// partial sum, all-gather of part of a dim) or free local slices. The
+  /// mesh orders slots as listed, the last fastest: a collective on a
+  /// slot's fastest part strides over the faster slots.
+  std::map<uint64_t, Seconds> paths(const Split &from, double total) const {
+    size_t n = from.size(), r = n - 2;
+    std::map<uint64_t, Seconds> dist;
+    using Item = std::pair<Seconds, Split>;
+    auto cmp = [](const Item &a, const Item &b) {
+      return a.first != b.first ? a.first > b.first : a.second > b.second;
+    };
+    std::priority_queue<Item, std::vector<Item>, decltype(cmp)> pq(cmp);
+    dist[pack(from)] = 0;
+    pq.push({0, from});
+    auto relax = [&](const Split &s, Seconds t) {
+      auto [it, fresh] = dist.try_emplace(pack(s), t);
+      if (fresh || t < it->second) {
+        it->second = t;
+        pq.push({t, s});
+      }
+    };
+    while (!pq.empty()) {
+      auto [t, s] = pq.top();
+      pq.pop();
+      if (t > dist[pack(s)])
+        continue;
+      int dimsQ = 0;
+      for (size_t d = 0; d < r; ++d)
+        dimsQ += s[d];
+      double perDevice = std::ldexp(total, -dimsQ);
+      auto faster = [&](size_t slot) {
+        int f = 0;
+        for (size_t i = slot + 1; i < n; ++i)
+          f += s[i];
+        return f;
+      };
+      int part = s[r];
+      if (part > 0) {
+        int stride = faster(r);
+        Split a = s;
+        a[r] = 0;
+        a[r + 1] = uint8_t(a[r + 1] + part);
+        relax(a, t + collective(Collective::AllReduce, part, stride,
+                                perDevice));
+        Seconds rs =
+            collective(Collective::ReduceScatter, part, stride, perDevice);
+        for (size_t d = 0; d < r; ++d) {
+          Split b = s;
+          b[r] = 0;
+          b[d] = uint8_t(b[d] + part);
+          relax(b, t + rs);
+        }
+        continue;
+      }
+      for (size_t d = 0; d < r; ++d) {
+        for (int q = 1; q <= s[d]; ++q) {
+          Split a = s;
+          a[d] = uint8_t(a[d] - q);
+          a[r + 1] = uint8_t(a[r + 1] + q);
+          relax(a, t + collective(Collective::AllGather, q, faster(d),
+                                  std::ldexp(perDevice, q)));
+        }
+        for (int q = 1; q <= s[r + 1]; ++q) {
+          Split a = s;
+          a[r + 1] = uint8_t(a[r + 1] - q);
+          a[d] = uint8_t(a[d] + q);
+          relax(a, t); // a local slice of a replicated tensor
+        }
+      }
+    }
+    return dist;
+  }
+
+  Seconds reschedule(double total, const Split &from, const Split &to) const {
+    if (from == to || total <= 0)
+      return 0;
+    // Shared by threads and by later reschedule() calls: keyed by what the
+    // result depends on (rank, bytes, source), so tensors of equal shape
+    // in different layers share one search.
+    auto key = std::make_tuple(from.size(), total, pack(from));
+    {
+      std::lock_guard<std::mutex> lock(cacheMutex());
+      auto it = m.pathCache_.find(key);
+      if (it != m.pathCache_.end()) {
+        auto jt = it->second.find(pack(to));
+        return jt == it->second.end() ? 0 : jt->second;
+      }
+    }
+    auto d = paths(from, total);
+    Seconds t = d.count(pack(to)) ? d[pack(to)] : 0;
+    std::lock_guard<std::mutex> lock(cacheMutex());
+    m.pathCache_.try_emplace(key, std::move(d));
+    return t;
+  }
+
+  std::vector<FtConfig> enumerate(const OpSemantics &sem) const {
+    std::vector<std::vector<int>> qs(sem.loops.size()); // allowed log2s
+    for (size_t l = 0; l < sem.loops.size(); ++l) {
+      const LoopDim &d = sem.loops[l];
+      if (!d.splittable)
+        continue;
+      for (int q = 1; q <= bits; ++q) {
+        int64_t deg = int64_t(1) << q;
+        if (d.size % deg == 0 && (d.size / deg) % std::max<int64_t>(1, d.granule) == 0)
+          qs[l].push_back(q);
+      }
+    }
+    std::vector<FtConfig> out;
+    FtConfig c;
+    c.degree.assign(sem.loops.size(), 1);
+    // Depth-first over loops in order, so configs come in a fixed order.
+    std::function<void(size_t, int, int)> rec = [&](size_t l, int used,
+                                                    int split) {
+      if (l == sem.loops.size()) {
+        c.replicas = int32_t(1) << (bits - used);
+        out.push_back(c);
+        return;
+      }
+      rec(l + 1, used, split);
+      if (split >= m.maxSplitLoops_)
+        return;
+      for (int q : qs[l]) {
+        if (used + q > bits)
+          break;
+        c.degree[l] = int32_t(1) << q;
+        rec(l + 1, used + q, split + 1);
+        c.degree[l] = 1;
+      }
+    };
+    rec(0, 0, 0);
+    return out;
+  }
+
+  /// log2 of a config's degree per loop.
+  static std::vector<int> loopBits(const FtConfig &c) {
+    std::vector<int> b;
+    for (int32_t d : c.degree)
+      b.push_back(log2Of(d));
+    return b;
+  }
+
+  /// The split a producer's output `j` has under config `c`.
+  Split outputSplit(const OpSemantics &sem, int j, const FtConfig &c) const {
+    const TensorMap &tm = sem.outputs[j];
+    size_t r = tm.dims.size();
+    Split s(r + 2, 0);
+    std::vector<int> b = loopBits(c);
+    for (size_t l = 0; l < b.size(); ++l) {
+      if (!b[l])
+        continue;
+      int d = dimOf(tm, int(l));
+      if (d >= 0)
+        s[size_t(d)] = uint8_t(s[size_t(d)] + b[l]);
+      else
+        s[r] = uint8_t(s[r] + b[l]); // a reduced loop: partial sums
+    }
+    s[r + 1] = uint8_t(s[r + 1] + log2Of(c.replicas));
+    return s;
+  }
+
+  /// The split input `i` is needed in under `c`; with `gradient`, the split
+  /// its gradient comes out in (loops that do not index the input make it a
+  /// partial sum, true replicas stay replicas).
+  Split inputSplit(const OpSemantics &sem, int i, const FtConfig &c,
+                   bool gradient) const {
+    const TensorMap &tm = sem.inputs[i];
+    size_t r = tm.dims.size();
+    Split s(r + 2, 0);
+    std::vector<int> b = loopBits(c);
+    for (size_t l = 0; l < b.size(); ++l) {
+      if (!b[l])
+        continue;
+      int d = dimOf(tm, int(l));
+      if (d >= 0)
+        s[size_t(d)] = uint8_t(s[size_t(d)] + b[l]);
+      else
+        s[gradient ? r : r + 1] = uint8_t(s[gradient ? r : r + 1] + b[l]);
+    }
+    s[r + 1] = uint8_t(s[r + 1] + log2Of(c.replicas));
+    return s;
+  }
+
+  /// Devices that differ from device 0 only in `loops` (and replicas when
+  /// `withReplicas`): the group that reduces together.
+  std::vector<DeviceId> groupOf(const FtConfig &c, const std::vector<bool> &loops,
+                                bool withReplicas) const {
+    std::vector<DeviceId> g;
+    size_t nl = c.degree.size();
+    for (size_t dev = 0; dev < m.devices_; ++dev) {
+      int64_t t = int64_t(dev) / c.replicas;
+      int64_t rep = int64_t(dev) % c.replicas;
+      if (rep != 0 && !withReplicas)
+        continue;
+      bool ok = true;
+      for (size_t l = nl; l-- > 0;) {
+        int64_t coord = t % c.degree[l];
+        t /= c.degree[l];
+        if (coord != 0 && !loops[l])
+          ok = false;
+      }
+      if (ok)
+        g.push_back(DeviceId(dev));
+    }
+    return g;
+  }
+
+  llvm::Error opCosts(OpId o) {
+    const Graph &g = p.graph;
+    const Op &op = g.op(o);
+    const OpSemantics &sem = op.sem;
+    const auto &cs = m.configs_[o];
+    for (size_t k = 0; k < cs.size(); ++k) {
+      const FtConfig &c = cs[k];
+      OpConfig oc = m.opConfig(o, k);
+      Box tile = oc.tile(sem, 0);
+      auto kt = p.cost.kernel(g, op, tile);
+      if (!kt)
+        return kt.takeError();
+      m.compute_[o][k] = kt->forward + kt->backward();
+      TileMemory tm = p.cost.memory(g, op, tile, p.optimizer);
+      m.memory_[o][k] =
+          double(tm.weights + tm.gradients + tm.optimizer + tm.saved);
+      Seconds sync = 0;
+      // Weight-gradient all-reduce among the tiles holding the same shard.
+      for (int wi : sem.weightInputs) {
+        if (!sem.inputs[wi].present || op.input(size_t(wi)) == kNoValue)
+          continue;
+        std::vector<bool> loops(c.degree.size());
+        for (size_t l = 0; l < loops.size(); ++l)
+          loops[l] = !indexes(sem.inputs[wi], int(l));
+        std::vector<DeviceId> grp = groupOf(c, loops, true);
+        if (grp.size() > 1)
+          sync += p.collectives.time(
+              Collective::AllReduce, grp,
+              sem.inputRegion(wi, tile).volume() *
+                  dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype));
+      }
+      for (size_t j = 0; j < sem.outputs.size(); ++j) {
+        ValueId v = op.output(j);
+        if (v == kNoValue || !sem.outputs[j].present)
+          continue;
+        Bytes outBytes = sem.outputRegion(int(j), tile).volume() *
+                         dtypeBytes(g.value(v).dtype);
+        // A partial-sum output nobody reads (the loss) is reduced here.
+        std::vector<bool> red(c.degree.size(), false);
+        bool any = false;
+        for (int l : sem.reducedLoops(int(j)))
+          if (c.degree[size_t(l)] > 1)
+            red[size_t(l)] = any = true;
+        if (any && g.value(v).users.empty())
+          sync += p.collectives.time(Collective::AllReduce,
+                                     groupOf(c, red, false), outBytes);
+        // Split statistics (Softmax's axis, LayerNorm's hidden axis): an
+        // all-reduce of one value per row, forward and backward.
+        for (size_t l = 0; l < sem.loops.size(); ++l) {
+          if (!sem.loops[l].statReduced || c.degree[l] <= 1)
+            continue;
+          std::vector<bool> one(c.degree.size(), false);
+          one[l] = true;
+          int64_t ext = std::max<int64_t>(1, tile.hi[l] - tile.lo[l]);
+          sync += 2 * p.collectives.time(Collective::AllReduce,
+                                         groupOf(c, one, false),
+                                         std::max<Bytes>(4, outBytes / ext));
+        }
+      }
+      // TensorOpt 4.2, data loading: graph inputs arrive split by sample
+      // and are re-scheduled to the split this config needs.
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        ValueId v = op.inputs[i];
+        if (v == kNoValue || !sem.inputs[i].present ||
+            g.value(v).kind != ValueKind::Input)
+          continue;
+        const Value &val = g.value(v);
+        Split to = inputSplit(sem, int(i), c, false);
+        Split from(to.size(), 0);
+        if (val.shape.rank() > 0 && val.shape[0] % int64_t(m.devices_) == 0 &&
+            to.size() > 2)
+          from[0] = uint8_t(bits);
+        else
+          from[to.size() - 1] = uint8_t(bits);
+        sync += reschedule(double(val.bytes()), from, to);
+      }
+      m.sync_[o][k] = sync;
+    }
+    return llvm::Error::success();
+  }
+
+  void edgeCosts(size_t e, bool reuse) {
+    const Graph &g = p.graph;
+    const FtEdge &ed = m.edges_[e];
+    const Op &pop = g.op(ed.producer), &cop = g.op(ed.consumer);
+    const Value &val = g.value(ed.value);
+    double total = double(val.bytes());
+    const auto &ca = m.configs_[ed.producer], &cb = m.configs_[ed.consumer];
+    bool grad = std::find(cop.sem.gradInputs.begin(), cop.sem.gradInputs.end(),
+                          ed.input) != cop.sem.gradInputs.end();
+    double prodSavedPerElem = 0, consSavedPerElem = 0;
+    for (const SavedOperand &s : pop.sem.saved)
+      if (s.isOutput && s.index == ed.output)
+        prodSavedPerElem += s.bytesPerElement;
+    for (const SavedOperand &s : cop.sem.saved)
+      if (!s.isOutput && s.index == ed.input)
+        consSavedPerElem += s.bytesPerElement;
+    bool canReuse = reuse && prodSavedPerElem > 0 && consSavedPerElem > 0 &&
+                    val.users.size() == 1;
+    std::vector<Split> A, Asaved, Ag, B, Bg;
+    std::vector<double> prodSaved, consSaved;
+    for (size_t a = 0; a < ca.size(); ++a) {
+      Split s = outputSplit(pop.sem, ed.output, ca[a]);
+      A.push_back(s);
+      size_t r = s.size() - 2;
+      s[r + 1] = uint8_t(s[r + 1] + s[r]); // the reduced value
+      s[r] = 0;
+      Asaved.push_back(s);
+      Ag.push_back(s);
+      Box t = m.opConfig(ed.producer, a).tile(pop.sem, 0);
+      prodSaved.push_back(prodSavedPerElem *
+                          double(pop.sem.outputRegion(ed.output, t).volume()));
+    }
+    for (size_t b = 0; b < cb.size(); ++b) {
+      B.push_back(inputSplit(cop.sem, ed.input, cb[b], false));
+      Bg.push_back(inputSplit(cop.sem, ed.input, cb[b], true));
+      Box t = m.opConfig(ed.consumer, b).tile(cop.sem, 0);
+      consSaved.push_back(consSavedPerElem *
+                          double(cop.sem.inputRegion(ed.input, t).volume()));
+    }
+    auto &tab = m.edgeOpts_[e];
+    tab.assign(ca.size() * cb.size(), {});
+    for (size_t a = 0; a < ca.size(); ++a)
+      for (size_t b = 0; b < cb.size(); ++b) {
+        Seconds fwd = reschedule(total, A[a], B[b]);
+        Seconds bwd = grad ? reschedule(total, Bg[b], Ag[a]) : 0;
+        auto &opts = tab[a * cb.size() + b];
+        opts.push_back({fwd + bwd, 0});
+        if (canReuse && fwd > 0) {
+          // Keep the copy before: the consumer re-schedules it again for
+          // its backward pass instead of saving its own.
+          opts.push_back({fwd + bwd + fwd, -consSaved[b]});
+          // Keep the copy after: the producer gets its copy back.
+          opts.push_back(
+              {fwd + bwd + reschedule(total, B[b], Asaved[a]), -prodSaved[a]});
+        }
+      }
+  }
+};
+
+llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
+                                       const FtOptions &o) {
+  if (auto err = o.validate())
+    return llvm::Error(std::move(err));
+  FtModel m;
+  size_t have = p.topo.numDevices();
+  size_t n = o.devices;
+  if (n == 0) {
+    n = 1;
+    while (n * 2 <= have)
+      n *= 2;
+  }
+  if (n > have)
+    return inputError("ft: {} devices asked for, the topology has {}", n,
+                      have);
+  m.devices_ = n;
+  m.problem_ = &p;
+  m.maxSplitLoops_ = o.maxSplitLoops;
+  FtModelBuilder b{p, m, log2Of(int64_t(n))};
+  const Graph &g = p.graph;
+  for (const Op &op : g.ops()) {
+    m.configs_.push_back(b.enumerate(op.sem));
+    size_t k = m.configs_.back().size();
+    m.compute_.emplace_back(k);
+    m.sync_.emplace_back(k);
+    m.memory_.emplace_back(k);
+  }
+  for (const Op &op : g.ops())
+    if (auto err = b.opCosts(op.id))
+      return llvm::Error(std::move(err));
+  for (const Op &op : g.ops())
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ValueId v = op.inputs[i];
+      if (v == kNoValue || !op.sem.inputs[i].present)
+        continue;
+      const Value &val = g.value(v);
+      if (val.kind != ValueKind::Activation || val.producer < 0)
+        continue;
+      m.edges_.push_back({val.producer, val.producerOutput, op.id, int(i), v});
+    }
+  m.edgeOpts_.resize(m.edges_.size());
+  ThreadPool pool(o.threads);
+  pool.parallelFor(m.edges_.size(),
+                   [&](size_t e) { b.edgeCosts(e, o.tensorReuse); });
+  return llvm::Expected<FtModel>(std::move(m));
+}
+
+Seconds FtModel::reschedule(const std::vector<int64_t> &shape, Bytes elemBytes,
+                            const std::vector<uint8_t> &from,
+                            const std::vector<uint8_t> &to) const {
+  double total = double(elemBytes);
+  for (int64_t d : shape)
+    total *= double(d);
+  FtModelBuilder b{*problem_, const_cast<FtModel &>(*this),
+                   log2Of(int64_t(devices_))};
+  return b.reschedule(total, from, to);
+}
+
+OpConfig FtModel::opConfig(OpId o, size_t k) const {
+  const FtConfig &c = configs_[o][k];
+  OpConfig oc;
+  oc.degree = c.degree;
+  oc.replicas = c.replicas;
+  for (size_t d = 0; d < devices_; ++d)
+    oc.devices.push_back(DeviceId(d));
+  return oc;
+}
+
+} // namespace soap

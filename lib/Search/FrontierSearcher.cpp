@@ -1,0 +1,275 @@
+// The "ft" searcher and the frontier reports behind `soapc frontier`:
+// TensorOpt's modes (section 4.1) over the FT frontier, every point
+// re-scored by the simulator, as JSON and as an SVG plot.
+#include "soap/Search/Driver.h"
+#include "soap/Search/FrontierTracking.h"
+
+#include "soap/Support/Error.h"
+#include "soap/Support/Format.h"
+#include <chrono>
+#include <spdlog/spdlog.h>
+
+namespace soap {
+
+std::optional<FtMode> parseFtMode(llvm::StringRef s) {
+  if (s == "frontier")
+    return FtMode::Frontier;
+  if (s == "mini-time")
+    return FtMode::MiniTime;
+  if (s == "mini-parallelism")
+    return FtMode::MiniParallelism;
+  if (s == "profile")
+    return FtMode::Profile;
+  return std::nullopt;
+}
+
+llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
+                                                const FtOptions &o,
+                                                size_t maxSimulated) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = FtModel::build(p, o);
+  if (!m)
+    return m.takeError();
+  FtResult r = frontierTracking(*m, o);
+  FtFrontierReport rep;
+  rep.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  rep.devices = m->devices();
+  rep.options = o;
+  rep.stats = r.stats;
+  if (!r.stats.exact())
+    spdlog::info("ft: heuristic elimination ran {} time(s); the frontier "
+                 "may miss points",
+                 r.stats.heuristicEliminations);
+  rep.points.resize(r.points.size());
+  std::vector<std::optional<SimMetrics>> sims(r.points.size());
+  std::vector<std::string> failures(r.points.size());
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    rep.points[i].point = std::move(r.points[i]);
+    rep.points[i].strategy = assignmentStrategy(*m, rep.points[i].point.assignment);
+    rep.points[i].devices = rep.devices;
+  }
+  size_t n = rep.points.size();
+  std::vector<size_t> pick;
+  if (maxSimulated == 0 || n <= maxSimulated) {
+    for (size_t i = 0; i < n; ++i)
+      pick.push_back(i);
+  } else {
+    for (size_t j = 0; j < maxSimulated; ++j) {
+      size_t i = maxSimulated == 1 ? 0 : j * (n - 1) / (maxSimulated - 1);
+      if (pick.empty() || pick.back() != i)
+        pick.push_back(i);
+    }
+  }
+  ThreadPool pool(o.threads);
+  pool.parallelFor(pick.size(), [&](size_t j) {
+    size_t i = pick[j];
+    auto s = strategyMetrics(p, rep.points[i].strategy);
+    if (s)
+      sims[i] = *s;
+    else
+      failures[i] = errorMessage(s.takeError());
+  });
+  for (size_t i : pick) {
+    if (!sims[i])
+      return makeError(ExitCode::Internal, "ft: simulating frontier point {}: {}",
+                       i, failures[i]);
+    rep.points[i].simTime = sims[i]->iterationTime;
+    rep.points[i].simPeakMemory = sims[i]->peakMemory;
+    rep.points[i].simFits = sims[i]->fits;
+    rep.points[i].simulated = true;
+  }
+  return rep;
+}
+
+int miniTimePoint(const FtFrontierReport &r) {
+  int best = -1;
+  for (size_t i = 0; i < r.points.size(); ++i)
+    if (r.points[i].simulated && r.points[i].simFits &&
+        (best < 0 || r.points[i].simTime < r.points[size_t(best)].simTime))
+      best = int(i);
+  return best;
+}
+
+llvm::Expected<std::vector<FtFrontierReport>>
+profileReports(const SearchProblem &p, const FtOptions &o,
+               size_t maxSimulated) {
+  std::vector<FtFrontierReport> out;
+  for (size_t n = 1; n <= p.topo.numDevices(); n *= 2) {
+    FtOptions on = o;
+    on.devices = n;
+    auto r = frontierReport(p, on, maxSimulated);
+    if (!r)
+      return r.takeError();
+    out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+static size_t reusedTensors(const FtPoint &p) {
+  size_t n = 0;
+  for (uint8_t r : p.assignment.reuse)
+    n += r != 0;
+  return n;
+}
+
+Json frontierJson(const FtFrontierReport &r, const Graph &g,
+                  const Topology &topo, Seconds dpTime, Bytes dpMemory) {
+  Json j;
+  j["model"] = g.name;
+  j["topology"] = topo.name();
+  j["devices"] = r.devices;
+  j["capacity_bytes"] = topo.deviceSpec().memoryBytes;
+  j["exact"] = r.stats.exact();
+  j["eliminations"] = {{"node", r.stats.nodeEliminations},
+                       {"edge", r.stats.edgeEliminations},
+                       {"branch", r.stats.branchEliminations},
+                       {"heuristic", r.stats.heuristicEliminations}};
+  j["backbone_nodes"] = r.stats.backbone;
+  j["max_split_loops"] = r.options.maxSplitLoops;
+  j["resolution"] = r.options.resolution;
+  j["tensor_reuse"] = r.options.tensorReuse;
+  j["ldp"] = r.options.useLdp;
+  j["configurations"] = r.stats.totalConfigs;
+  j["data_parallel"] = dpTime > 0 ? Json{{"sim_time_s", dpTime},
+                                         {"sim_peak_memory_bytes", dpMemory}}
+                                  : Json(nullptr);
+  Json pts = Json::array();
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const FtScored &s = r.points[i];
+    pts.push_back({{"index", i},
+                   {"memory_bytes", s.point.costs.memory},
+                   {"time_s", s.point.costs.time},
+                   {"compute_s", s.point.costs.compute},
+                   {"network_s", s.point.costs.network},
+                   {"reused_tensors", reusedTensors(s.point)},
+                   {"sim_time_s", s.simulated ? Json(s.simTime) : Json()},
+                   {"sim_peak_memory_bytes",
+                    s.simulated ? Json(s.simPeakMemory) : Json()},
+                   {"sim_fits", s.simulated ? Json(s.simFits) : Json()}});
+  }
+  j["points"] = std::move(pts);
+  int mt = miniTimePoint(r);
+  j["mini_time"] = mt >= 0 ? Json(mt) : Json(nullptr);
+  return j;
+}
+
+std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
+                        Seconds dpTime, Bytes dpMemory) {
+  constexpr double W = 640, H = 420, L = 70, R = 20, T = 40, B = 50;
+  double maxX = 0, maxY = 0;
+  for (const FtScored &s : r.points) {
+    maxX = std::max({maxX, s.point.costs.memory, double(s.simPeakMemory)});
+    maxY = std::max({maxY, s.point.costs.time, s.simTime});
+  }
+  if (dpTime > 0) {
+    maxX = std::max(maxX, double(dpMemory));
+    maxY = std::max(maxY, dpTime);
+  }
+  maxX = maxX > 0 ? maxX * 1.05 : 1;
+  maxY = maxY > 0 ? maxY * 1.05 : 1;
+  auto x = [&](double bytes) { return L + (W - L - R) * bytes / maxX; };
+  auto y = [&](double sec) { return H - B - (H - T - B) * sec / maxY; };
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"20\" font-size=\"14\">Cost frontier: {} on {} "
+      "devices</text>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n"
+      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">memory per device "
+      "(GiB)</text>\n"
+      "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" "
+      "text-anchor=\"middle\">iteration time (ms)</text>\n",
+      W, H, L, g.name, r.devices, L, H - B, W - R, H - B, L, T, L, H - B,
+      (L + W - R) / 2, H - 12, (T + H - B) / 2, (T + H - B) / 2);
+  for (int i = 0; i <= 4; ++i) {
+    double bx = maxX * i / 4, sy = maxY * i / 4;
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">"
+                     "{:.1f}</text>\n"
+                     "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}"
+                     "</text>\n",
+                     x(bx), H - B + 16, bx / kBytesPerGiB, L - 5, y(sy) + 4,
+                     sy * 1e3);
+  }
+  std::string est, sim;
+  for (const FtScored &p : r.points) {
+    est += fmt::format("{:.1f},{:.1f} ", x(p.point.costs.memory),
+                       y(p.point.costs.time));
+    if (!p.simulated)
+      continue;
+    sim += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" "
+                       "fill=\"{}\"/>\n",
+                       x(double(p.simPeakMemory)), y(p.simTime),
+                       p.simFits ? "#ff7f0e" : "gray");
+  }
+  s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#1f77b4\" "
+                   "stroke-width=\"2\"/>\n",
+                   est);
+  s += sim;
+  if (dpTime > 0)
+    s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" "
+                     "height=\"8\" fill=\"#d62728\"/>\n",
+                     x(double(dpMemory)) - 4, y(dpTime) - 4);
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" fill=\"#1f77b4\">line: FT estimate</text>\n"
+      "<text x=\"{}\" y=\"{}\" fill=\"#ff7f0e\">dots: simulator</text>\n"
+      "<text x=\"{}\" y=\"{}\" fill=\"#d62728\">square: data parallel"
+      "</text>\n</svg>\n",
+      W - 200, T + 10, W - 200, T + 26, W - 200, T + 42);
+  return s;
+}
+
+namespace {
+
+/// Points the searcher re-scores with the simulator.
+constexpr size_t kSimulatedPoints = 32;
+
+class FtSearcher : public Searcher {
+public:
+  llvm::Expected<SearchResult> search(const SearchProblem &p,
+                                      const SearchOptions &so) override {
+    if (auto err = so.validate())
+      return llvm::Error(std::move(err));
+    FtOptions o = FtOptions::fast();
+    o.threads = so.threads;
+    auto r = frontierReport(p, o, kSimulatedPoints);
+    if (!r)
+      return r.takeError();
+    int best = miniTimePoint(*r);
+    if (best < 0) {
+      double least = 0;
+      if (!r->points.empty())
+        least = double(r->points.front().simPeakMemory);
+      return makeError(ExitCode::Infeasible,
+                       "{}: no point of the cost frontier fits in device "
+                       "memory ({} points; the least needs {} per device, "
+                       "{} available)",
+                       p.graph.sourcePath, r->points.size(),
+                       formatBytes(least),
+                       formatBytes(double(p.topo.deviceSpec().memoryBytes)));
+    }
+    spdlog::info("ft: {} frontier points, {} configurations, backbone {} "
+                 "nodes, {:.2f} s",
+                 r->points.size(), r->stats.totalConfigs, r->stats.backbone,
+                 r->seconds);
+    SearchResult res;
+    res.strategy = r->points[size_t(best)].strategy;
+    res.iterationTime = r->points[size_t(best)].simTime;
+    res.proposals = r->points.size();
+    return res;
+  }
+};
+
+} // namespace
+
+void registerFtSearcher(SearcherRegistry &r) {
+  r.add({"ft",
+         "TensorOpt's frontier tracking: the (time, memory) Pareto frontier "
+         "by eliminations and linear DP; the fastest point that fits",
+         [] { return std::make_unique<FtSearcher>(); }});
+}
+
+} // namespace soap

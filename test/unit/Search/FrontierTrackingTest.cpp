@@ -1,0 +1,285 @@
+// TensorOpt frontier tracking (issue 7): Algorithm 1, the re-scheduling
+// shortest path, and the property that FT's frontier equals the brute-force
+// frontier over every strategy of its configuration set (configurations and
+// tensor-reuse options) on a chain, a residual block, a two-branch block and
+// an attention block; heuristic elimination says it ran.
+#include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
+#include "soap/Search/FrontierTracking.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+using namespace soap::test;
+
+namespace {
+
+/// x -> Relu -> MatMul -> Relu -> MatMul.
+Graph chain() {
+  GraphBuilder b;
+  auto x = b.op("Relu", {b.input({8, 16})}, {{8, 16}})[0];
+  auto y = b.op("MatMul", {x, b.weight({16, 32})}, {{8, 32}})[0];
+  auto r = b.op("Relu", {y}, {{8, 32}})[0];
+  b.op("MatMul", {r, b.weight({32, 16})}, {{8, 16}});
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+/// a = Relu(x); a -> MatMul -> Relu -> MatMul -> Add(a, .).
+Graph residual() {
+  GraphBuilder b;
+  auto a = b.op("Relu", {b.input({8, 16})}, {{8, 16}})[0];
+  auto y = b.op("MatMul", {a, b.weight({16, 32})}, {{8, 32}})[0];
+  auto r = b.op("Relu", {y}, {{8, 32}})[0];
+  auto z = b.op("MatMul", {r, b.weight({32, 16})}, {{8, 16}})[0];
+  b.op("Add", {a, z}, {{8, 16}});
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+/// a = Relu(x); two MatMuls of a joined by an Add.
+Graph twoBranch() {
+  GraphBuilder b;
+  auto a = b.op("Relu", {b.input({8, 16})}, {{8, 16}})[0];
+  auto l = b.op("MatMul", {a, b.weight({16, 16})}, {{8, 16}})[0];
+  auto r = b.op("MatMul", {a, b.weight({16, 16})}, {{8, 16}})[0];
+  b.op("Add", {l, r}, {{8, 16}});
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+/// Single-head self-attention with a residual: q, k, v projections,
+/// softmax(q k^T) v, added to the input.
+Graph attention() {
+  GraphBuilder b;
+  auto x = b.op("Relu", {b.input({8, 16})}, {{8, 16}})[0];
+  auto q = b.op("MatMul", {x, b.weight({16, 16})}, {{8, 16}})[0];
+  auto k = b.op("MatMul", {x, b.weight({16, 16})}, {{8, 16}})[0];
+  auto v = b.op("MatMul", {x, b.weight({16, 16})}, {{8, 16}})[0];
+  auto kt = b.op("Transpose", {k}, {{16, 8}}, {{"perm", Ints{1, 0}}})[0];
+  auto s = b.op("MatMul", {q, kt}, {{8, 8}})[0];
+  auto p = b.op("Softmax", {s}, {{8, 8}}, {{"axis", int64_t(-1)}})[0];
+  auto o = b.op("MatMul", {p, v}, {{8, 16}})[0];
+  b.op("Add", {o, x}, {{8, 16}});
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+struct Fixture {
+  Topology topo = exampleTopology("v100-2x8");
+  CostModel cost{topo.deviceSpec(), nullptr, CostMode::Analytic};
+  CollectiveModel coll{topo};
+};
+
+bool near(double a, double b) {
+  return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});
+}
+
+void requireSameFrontier(const FtResult &ft, const std::vector<FtCosts> &bf) {
+  REQUIRE(!bf.empty());
+  REQUIRE(ft.points.size() == bf.size());
+  for (size_t i = 0; i < bf.size(); ++i) {
+    INFO("point " << i);
+    CHECK(near(ft.points[i].costs.memory, bf[i].memory));
+    CHECK(near(ft.points[i].costs.time, bf[i].time));
+  }
+}
+
+} // namespace
+
+TEST_CASE("Algorithm 1 keeps the tuples no other dominates", "[ft]") {
+  std::vector<FrontierCandidate> c(5);
+  double mt[5][2] = {{3, 1}, {1, 5}, {2, 5}, {2, 2}, {4, 1}};
+  for (int i = 0; i < 5; ++i) {
+    c[size_t(i)].memory = mt[i][0];
+    c[size_t(i)].time = mt[i][1];
+  }
+  auto r = reduceCandidates(c);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].memory == 1);
+  CHECK(r[1].memory == 2);
+  CHECK(r[1].time == 2);
+  CHECK(r[2].memory == 3);
+  // (1,5) (2,2) (3,1): with a 55% resolution (3,1) gains only 50%.
+  CHECK(reduceCandidates(c, 0.45).size() == 3);
+  CHECK(reduceCandidates(c, 0.55).size() == 2);
+  Frontier a{{1, 1, kNoTrace}, {0.5, 2, kNoTrace}};
+  Frontier b{{1, 0, kNoTrace}, {0.25, 3, kNoTrace}};
+  std::vector<FrontierCandidate> prod;
+  appendProduct(prod, a, b);
+  CHECK(prod.size() == 4);
+  // (2,1) (1.5,2) (1.25,4) (0.75,5): all on the frontier; a fifth tuple
+  // (1.5,4) is dominated by (1.25,4).
+  prod.push_back(prod[0]);
+  prod.back().time = 1.5;
+  prod.back().memory = 4;
+  CHECK(reduceCandidates(prod).size() == 4);
+}
+
+TEST_CASE("Re-scheduling is the cheapest sequence of collectives", "[ft]") {
+  Fixture f;
+  Graph g = chain();
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.devices = 4;
+  auto m = FtModel::build(p, o);
+  if (!m)
+    FAIL(errorMessage(m.takeError()));
+  std::vector<int64_t> shape{64, 1024};
+  // Splits: [dim0, dim1, partial, replicas] in log2 over 4 devices.
+  CHECK(m->reschedule(shape, 4, {2, 0, 0, 0}, {2, 0, 0, 0}) == 0);
+  // Slicing a replicated tensor is free.
+  CHECK(m->reschedule(shape, 4, {0, 0, 0, 2}, {0, 2, 0, 0}) == 0);
+  Seconds gather = m->reschedule(shape, 4, {2, 0, 0, 0}, {0, 0, 0, 2});
+  Seconds allReduce = m->reschedule(shape, 4, {0, 0, 2, 0}, {0, 0, 0, 2});
+  Seconds reduceScatter = m->reschedule(shape, 4, {0, 0, 2, 0}, {2, 0, 0, 0});
+  CHECK(gather > 0);
+  CHECK(allReduce > 0);
+  CHECK(reduceScatter > 0);
+  // Re-splitting dim 0 as dim 1 goes through the cheaper of gather + slice.
+  Seconds swap = m->reschedule(shape, 4, {2, 0, 0, 0}, {0, 2, 0, 0});
+  CHECK(swap <= gather);
+  CHECK(swap > 0);
+  // A partial sum reduced into a split is no dearer than all-reduce + slice.
+  CHECK(reduceScatter <= allReduce);
+}
+
+TEST_CASE("FT's frontier equals the brute-force frontier", "[ft]") {
+  Fixture f;
+  struct Case {
+    const char *name;
+    Graph g;
+    size_t devices;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"chain", chain(), 4});
+  cases.push_back({"residual block", residual(), 4});
+  cases.push_back({"two-branch block", twoBranch(), 4});
+  cases.push_back({"attention block", attention(), 2});
+  for (Case &c : cases) {
+    SECTION(c.name) {
+      SearchProblem p{c.g, f.topo, f.cost, f.coll};
+      FtOptions o;
+      o.devices = c.devices;
+      auto m = FtModel::build(p, o);
+      REQUIRE(static_cast<bool>(m));
+      std::vector<FtCosts> bf = bruteForceFrontier(*m, 20000000);
+      FtResult ft = frontierTracking(*m, o);
+      INFO(c.name << ": " << ft.points.size() << " points, "
+                  << ft.stats.nodeEliminations << " node, "
+                  << ft.stats.edgeEliminations << " edge, "
+                  << ft.stats.branchEliminations << " branch eliminations");
+      CHECK(ft.stats.exact());
+      requireSameFrontier(ft, bf);
+      // The frontier trades memory for time: more than one point.
+      CHECK(ft.points.size() > 1);
+      // FT-Elimination (no LDP) reaches the same frontier.
+      FtOptions e = o;
+      e.useLdp = false;
+      requireSameFrontier(frontierTracking(*m, e), bf);
+      // Any thread count gives the same strategies.
+      FtOptions t = o;
+      t.threads = 3;
+      FtResult ft3 = frontierTracking(*m, t);
+      REQUIRE(ft3.points.size() == ft.points.size());
+      for (size_t i = 0; i < ft.points.size(); ++i) {
+        CHECK(ft3.points[i].assignment.config == ft.points[i].assignment.config);
+        CHECK(ft3.points[i].assignment.reuse == ft.points[i].assignment.reuse);
+      }
+      // Every point unrolls to a valid strategy.
+      for (const FtPoint &pt : ft.points)
+        requireOk(verifyStrategy(assignmentStrategy(*m, pt.assignment), c.g,
+                                 f.topo));
+    }
+  }
+}
+
+TEST_CASE("Tensor reuse trades memory for re-scheduling time", "[ft]") {
+  Fixture f;
+  Graph g = attention();
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.devices = 2;
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  // Softmax saves its output and the MatMul after it saves its input: some
+  // configuration pair that re-schedules the tensor offers all three.
+  bool three = false;
+  for (size_t e = 0; e < m->edges().size(); ++e) {
+    const FtEdge &ed = m->edges()[e];
+    for (size_t a = 0; a < m->configs(ed.producer).size(); ++a)
+      for (size_t b = 0; b < m->configs(ed.consumer).size(); ++b) {
+        const auto &opts = m->edgeOptions(e, a, b);
+        if (opts.size() != 3)
+          continue;
+        three = true;
+        CHECK(opts[1].time > opts[0].time);
+        CHECK(opts[1].memory < 0);
+        // Getting the copy back may be a free slice.
+        CHECK(opts[2].time >= opts[0].time);
+        CHECK(opts[2].memory < 0);
+      }
+  }
+  CHECK(three);
+  FtOptions none = o;
+  none.tensorReuse = false;
+  auto m0 = FtModel::build(p, none);
+  REQUIRE(static_cast<bool>(m0));
+  FtResult with = frontierTracking(*m, o), without = frontierTracking(*m0, o);
+  // Reuse only adds options: its least memory is no more than without.
+  CHECK(with.points.front().costs.memory <=
+        without.points.front().costs.memory);
+}
+
+TEST_CASE("Heuristic elimination says it ran", "[ft]") {
+  Fixture f;
+  Graph g = attention();
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.devices = 2;
+  o.maxMergedConfigs = 1; // no branch merge allowed
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  FtResult ft = frontierTracking(*m, o);
+  std::vector<FtCosts> bf = bruteForceFrontier(*m, 20000000);
+  if (ft.stats.heuristicEliminations == 0) {
+    // The graph reduced without it: then the frontier is exact.
+    CHECK(ft.stats.exact());
+    requireSameFrontier(ft, bf);
+    return;
+  }
+  CHECK_FALSE(ft.stats.exact());
+  // Every point is a real strategy, dominated by or on the true frontier.
+  for (const FtPoint &pt : ft.points) {
+    bool covered = false;
+    for (const FtCosts &c : bf)
+      covered = covered || (c.memory <= pt.costs.memory * (1 + 1e-12) + 1e-9 &&
+                            c.time <= pt.costs.time * (1 + 1e-12));
+    CHECK(covered);
+  }
+}
+
+TEST_CASE("FT configurations use every device once per op", "[ft]") {
+  Fixture f;
+  Graph g = residual();
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  CHECK(m->devices() == 16);
+  for (size_t op = 0; op < m->numOps(); ++op)
+    for (const FtConfig &c : m->configs(OpId(op))) {
+      int64_t prod = c.replicas;
+      int split = 0;
+      for (int32_t d : c.degree) {
+        prod *= d;
+        split += d > 1;
+      }
+      CHECK(prod == 16);
+      CHECK(split <= o.maxSplitLoops);
+    }
+  FtOptions bad;
+  bad.devices = 3;
+  auto r = FtModel::build(p, bad);
+  CHECK_FALSE(static_cast<bool>(r));
+  llvm::consumeError(r.takeError());
+}

@@ -85,8 +85,8 @@ int main(int argc, char **argv) {
   CostModel cost(topo->deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(*topo);
   Table t({"model", "devices", "tasks", "full ms", "delta ms", "resim tasks",
-           "speedup", "proposals/s"},
-          {false, true, true, true, true, true, true, true});
+           "speedup", "proposals/s", "undo ms"},
+          {false, true, true, true, true, true, true, true, true});
   Json rows = Json::array();
   for (const char *model : {"inception_v3", "nmt", "resnet101"}) {
     for (size_t devices : {4, 8, 16, 32, 64}) {
@@ -111,8 +111,8 @@ int main(int argc, char **argv) {
       // are timed on the same strategies.
       Rng rng(42, model);
       size_t resim = 0, tasks = 0;
-      double deltaTotal = 0, fullTotal = 0;
-      int fulls = 0;
+      double deltaTotal = 0, fullTotal = 0, undoTotal = 0;
+      int fulls = 0, undos = 0;
       for (int p = 0; p < proposals; ++p) {
         OpId o = static_cast<OpId>(rng.uniform((*g)->numOps()));
         OpConfig c = randomConfig((*g)->op(o).sem, devices, rng);
@@ -123,6 +123,18 @@ int main(int argc, char **argv) {
           return reportError(r.takeError(), "bench-sim");
         resim += sim.lastResimulated();
         tasks += tg->numAlive();
+        // A rejected MCMC proposal is taken back: time undo(), then make
+        // the change again (untimed) so the walk goes on the same.
+        if (p % 2 == 1) {
+          auto tu = Clock::now();
+          if (auto err = sim.undo())
+            return reportError(std::move(err), "bench-sim");
+          undoTotal += since(tu);
+          ++undos;
+          auto again = sim.apply(o, c);
+          if (!again)
+            return reportError(again.takeError(), "bench-sim");
+        }
         s.configs[o] = c;
         if (p % 10 == 0) {
           auto t1 = Clock::now();
@@ -136,20 +148,23 @@ int main(int argc, char **argv) {
         }
       }
       double delta = deltaTotal / proposals, full = fullTotal / fulls;
+      double undo = undoTotal / std::max(1, undos);
       tasks /= proposals;
       t.addRow({model, std::to_string(devices), withCommas(int64_t(tasks)),
                 fmt::format("{:.2f}", full * 1e3),
                 fmt::format("{:.3f}", delta * 1e3),
                 withCommas(int64_t(resim / proposals)),
                 fmt::format("{:.1f}x", full / delta),
-                withCommas(int64_t(1.0 / delta))});
+                withCommas(int64_t(1.0 / delta)),
+                fmt::format("{:.3f}", undo * 1e3)});
       rows.push_back({{"model", model},
                       {"devices", devices},
                       {"tasks", tasks},
                       {"full_seconds", full},
                       {"delta_seconds_per_proposal", delta},
                       {"resimulated_tasks_per_proposal", resim / proposals},
-                      {"speedup", full / delta}});
+                      {"speedup", full / delta},
+                      {"undo_seconds", undo}});
     }
   }
   t.print(llvm::outs());

@@ -122,7 +122,6 @@ public:
       if (next == old)
         continue;
       ++r.proposals;
-      OpConfig prev = old;
       auto t = sim.apply(op, next);
       if (!t)
         return t.takeError();
@@ -149,10 +148,8 @@ public:
           lastImprovement = n;
           lastImprovementAt = elapsed;
         }
-      } else {
-        auto back = sim.apply(op, prev);
-        if (!back)
-          return back.takeError();
+      } else if (auto err = sim.undo()) {
+        return llvm::Error(std::move(err));
       }
       if (o_.progress && (r.proposals & 255) == 0)
         o_.progress({r.bestTime, r.proposals,

@@ -1,8 +1,10 @@
 // Full and delta simulation of a task graph, and the metrics of a timeline.
 #include "soap/Sim/Simulator.h"
+#include "soap/Support/Error.h"
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <queue>
 
 namespace soap {
@@ -85,9 +87,23 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
   std::vector<Seconds> removedReady;
   if (order_.empty() && tg_.numAlive() > 0)
     simulateFull();
+  journal_.valid = false;
+  std::vector<Task> &tasks = tg_.tasks();
+  // The segments about to be rebuilt, so undo() can find them again by
+  // key under their new ids.
+  std::vector<bool> wasRebuilt(tasks.size(), false);
+  for (TaskId t : tg_.segmentTasks(o))
+    wasRebuilt[t] = true;
+  OpConfig previous = tg_.strategy().configs[o];
+  // The whole old schedule's timings are still in the tasks until the
+  // change; keep those of the segments (their slots may be reused).
+  std::map<TaskId, std::pair<TaskKey, Timing>> rebuiltOld;
+  for (TaskId t = 0; t < wasRebuilt.size(); ++t)
+    if (wasRebuilt[t])
+      rebuiltOld[t] = {tasks[t].key, {tasks[t].ready, tasks[t].start,
+                                      tasks[t].end, tasks[t].seq}};
   if (auto err = tg_.changeConfig(o, c, changed, removedReady))
     return llvm::Error(std::move(err));
-  std::vector<Task> &tasks = tg_.tasks();
   if (remaining_.size() < tasks.size())
     remaining_.resize(tasks.size(), 0);
   // T*: the earliest time the change can matter in either schedule.
@@ -115,6 +131,30 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
       std::lower_bound(orderReady_.begin(), orderReady_.end(), tStar) -
       orderReady_.begin());
   std::vector<TaskId> suffix(order_.begin() + keep, order_.end());
+  // The journal: the old suffix, as undo() must put it back.
+  journal_ = Journal();
+  journal_.op = o;
+  journal_.previous = std::move(previous);
+  journal_.keep = keep;
+  journal_.orderTail = suffix;
+  journal_.orderReadyTail.assign(orderReady_.begin() + keep,
+                                 orderReady_.end());
+  journal_.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep,
+                                   prefixMaxEnd_.end());
+  for (TaskId id : suffix) {
+    auto it = rebuiltOld.find(id);
+    bool rebuilt = id < wasRebuilt.size() && wasRebuilt[id];
+    journal_.rebuilt.push_back(rebuilt);
+    if (rebuilt) {
+      journal_.keys.push_back(it->second.first);
+      journal_.timings.push_back(it->second.second);
+    } else {
+      const Task &t = tasks[id];
+      journal_.keys.push_back(t.key);
+      journal_.timings.push_back({t.ready, t.start, t.end, t.seq});
+    }
+  }
+  journal_.logTails.resize(resourceLog_.size());
   order_.resize(keep);
   orderReady_.resize(keep);
   prefixMaxEnd_.resize(keep);
@@ -124,8 +164,10 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
         [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
           return e.first < s;
         });
+    journal_.logTails[&log - resourceLog_.data()].assign(it, log.end());
     log.erase(it, log.end());
   }
+  journal_.valid = true;
   // Everything else is re-simulated: the old suffix still alive, and the
   // new tasks.
   for (TaskId id : changed)
@@ -160,6 +202,73 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
   }
   run(keep, std::move(initial));
   return iterationTime();
+}
+
+llvm::Error Simulator::undo() {
+  if (!journal_.valid)
+    return makeError(ExitCode::Internal, "undo() without a preceding apply()");
+  Journal j = std::move(journal_);
+  journal_ = Journal();
+  std::vector<TaskId> changed;
+  std::vector<Seconds> removedReady;
+  if (auto err = tg_.changeConfig(j.op, j.previous, changed, removedReady))
+    return err;
+  std::vector<Task> &tasks = tg_.tasks();
+  if (remaining_.size() < tasks.size())
+    remaining_.resize(tasks.size(), 0);
+  // The rebuilt segments have the same tasks as before, under new ids.
+  std::map<TaskKey, TaskId> byKey;
+  std::vector<TaskId> segment = tg_.segmentTasks(j.op);
+  for (TaskId t : segment)
+    byKey.emplace(tasks[t].key, t);
+  if (byKey.size() != segment.size()) {
+    // Keys are canonical and unique; were they not, simulate again.
+    simulateFull();
+    return llvm::Error::success();
+  }
+  // Every task simulated after the kept prefix is forgotten, then the old
+  // suffix is put back.
+  for (size_t i = j.keep; i < order_.size(); ++i) {
+    Task &t = tasks[order_[i]];
+    if (t.alive)
+      t.simulated = false;
+  }
+  order_.resize(j.keep);
+  orderReady_.resize(j.keep);
+  prefixMaxEnd_.resize(j.keep);
+  for (size_t i = 0; i < j.orderTail.size(); ++i) {
+    TaskId id = j.orderTail[i];
+    if (j.rebuilt[i]) {
+      auto it = byKey.find(j.keys[i]);
+      if (it == byKey.end())
+        return makeError(ExitCode::Internal,
+                         "undo(): a rebuilt task has no counterpart");
+      id = it->second;
+    }
+    Task &t = tasks[id];
+    t.ready = j.timings[i].ready;
+    t.start = j.timings[i].start;
+    t.end = j.timings[i].end;
+    t.seq = j.timings[i].seq;
+    t.simulated = true;
+    order_.push_back(id);
+  }
+  orderReady_.insert(orderReady_.end(), j.orderReadyTail.begin(),
+                     j.orderReadyTail.end());
+  prefixMaxEnd_.insert(prefixMaxEnd_.end(), j.prefixMaxEndTail.begin(),
+                       j.prefixMaxEndTail.end());
+  for (size_t r = 0; r < resourceLog_.size(); ++r) {
+    auto &log = resourceLog_[r];
+    auto it = std::lower_bound(
+        log.begin(), log.end(), j.keep,
+        [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
+          return e.first < s;
+        });
+    log.erase(it, log.end());
+    log.insert(log.end(), j.logTails[r].begin(), j.logTails[r].end());
+  }
+  lastResimulated_ = 0;
+  return llvm::Error::success();
 }
 
 Seconds Simulator::iterationTime() const {

@@ -605,6 +605,22 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   return llvm::Error::success();
 }
 
+std::vector<TaskId> TaskGraph::segmentTasks(OpId o) const {
+  const Op &op = ctx_->graph.op(o);
+  std::vector<TaskId> ids = opTasks_[o].own;
+  for (size_t e : edgesOfOp_[o])
+    ids.insert(ids.end(), edgeTasks_[e].begin(), edgeTasks_[e].end());
+  std::set<ValueId> ws;
+  for (int i : op.sem.weightInputs)
+    ws.insert(op.inputs[i]);
+  for (ValueId w : ws) {
+    auto it = weightTasks_.find(w);
+    if (it != weightTasks_.end())
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+  }
+  return ids;
+}
+
 bool TaskGraph::fits() const {
   Bytes cap = ctx_->topo.deviceSpec().memoryBytes;
   for (const DeviceMemory &m : mem_)

@@ -50,6 +50,11 @@ public:
   Seconds simulateFull();
   /// Changes op `o`'s configuration and simulates the change (delta).
   llvm::Expected<Seconds> apply(OpId o, const OpConfig &c);
+  /// Takes back the last apply(): the previous configuration and exactly
+  /// the previous timeline, restored from what apply() replaced instead of
+  /// simulated again (a rejected MCMC proposal costs the graph rebuild,
+  /// not a second simulation). Only directly after apply().
+  llvm::Error undo();
 
   Seconds iterationTime() const;
   SimMetrics metrics() const;
@@ -72,6 +77,27 @@ private:
   std::vector<std::vector<std::pair<uint32_t, Seconds>>> resourceLog_;
   std::vector<uint32_t> remaining_;
   size_t lastResimulated_ = 0;
+
+  /// What the last apply() replaced, for undo().
+  struct Timing {
+    Seconds ready, start, end;
+    uint32_t seq;
+  };
+  struct Journal {
+    bool valid = false;
+    OpId op = -1;
+    OpConfig previous;
+    uint32_t keep = 0;
+    /// The old schedule's suffix: task (old id), its key, whether it was
+    /// rebuilt by the change (its id then changes), its timing.
+    std::vector<TaskId> orderTail;
+    std::vector<Seconds> orderReadyTail, prefixMaxEndTail;
+    std::vector<std::vector<std::pair<uint32_t, Seconds>>> logTails;
+    std::vector<TaskKey> keys;
+    std::vector<bool> rebuilt;
+    std::vector<Timing> timings;
+  };
+  Journal journal_;
 };
 
 } // namespace soap

@@ -99,6 +99,10 @@ public:
                            std::vector<TaskId> &changed,
                            std::vector<Seconds> &removedReady);
 
+  /// The tasks changeConfig(o, ...) removes and rebuilds: op `o`'s own
+  /// segment, its edges' and its weights'.
+  std::vector<TaskId> segmentTasks(OpId o) const;
+
   const Strategy &strategy() const { return strategy_; }
   std::vector<Task> &tasks() { return tasks_; }
   const std::vector<Task> &tasks() const { return tasks_; }

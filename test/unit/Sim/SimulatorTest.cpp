@@ -80,14 +80,22 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
     auto t = sim.apply(o, c);
     if (!t)
       FAIL(errorMessage(t.takeError()));
-    s.configs[o] = c;
+    // Half the changes are taken back (a rejected MCMC proposal): the
+    // timeline must then be the old strategy's, exactly.
+    bool undo = rng.uniform(2) == 0;
+    if (undo) {
+      requireOk(sim.undo());
+      *t = sim.iterationTime();
+    } else {
+      s.configs[o] = c;
+    }
     auto fresh = TaskGraph::build(ctx, s);
     if (!fresh)
       FAIL(errorMessage(fresh.takeError()));
     Simulator full(*fresh);
     Seconds ft = full.simulateFull();
     INFO(model << " step " << step << " op " << g->op(o).name << " "
-               << c.str(g->op(o).sem));
+               << c.str(g->op(o).sem) << (undo ? " (undone)" : ""));
     REQUIRE(*t == ft);
     REQUIRE(timeline(*tg) == timeline(*fresh));
     // Memory is kept incrementally; it must equal a fresh count.

@@ -172,46 +172,13 @@ void contractionBackward(KernelCtx &ctx) {
   }
 }
 
-struct FnOf {
-  const char *kind;
-  cuda::DevFn fn;
-};
-
-// Cast stays on the CPU (integer targets truncate there).
-const FnOf kDevFns[] = {
-    {"Add", cuda::DevFn::Add},
-    {"Sub", cuda::DevFn::Sub},
-    {"Mul", cuda::DevFn::Mul},
-    {"Div", cuda::DevFn::Div},
-    {"Pow", cuda::DevFn::Pow},
-    {"Max", cuda::DevFn::Max},
-    {"Min", cuda::DevFn::Min},
-    {"Where", cuda::DevFn::Where},
-    {"Equal", cuda::DevFn::Equal},
-    {"Less", cuda::DevFn::Less},
-    {"Greater", cuda::DevFn::Greater},
-    {"Relu", cuda::DevFn::Relu},
-    {"LeakyRelu", cuda::DevFn::LeakyRelu},
-    {"Gelu", cuda::DevFn::Gelu},
-    {"Sigmoid", cuda::DevFn::Sigmoid},
-    {"Tanh", cuda::DevFn::Tanh},
-    {"Erf", cuda::DevFn::Erf},
-    {"Exp", cuda::DevFn::Exp},
-    {"Log", cuda::DevFn::Log},
-    {"Sqrt", cuda::DevFn::Sqrt},
-    {"Reciprocal", cuda::DevFn::Reciprocal},
-    {"Neg", cuda::DevFn::Neg},
-    {"Abs", cuda::DevFn::Abs},
-    {"Not", cuda::DevFn::Not},
-    {"Identity", cuda::DevFn::Identity},
-    {"Expand", cuda::DevFn::Expand},
-};
-
-const FnOf *devFn(llvm::StringRef kind) {
-  for (const FnOf &f : kDevFns)
-    if (kind == f.kind)
-      return &f;
-  return nullptr;
+/// The CUDA kernel's function for an element-wise kind; nullopt for other
+/// kinds and for Cast, which stays on the CPU (integer targets truncate
+/// there).
+std::optional<cuda::DevFn> devFn(llvm::StringRef kind) {
+  if (kind == "Cast")
+    return std::nullopt;
+  return elemFnOf(std::string_view(kind.data(), kind.size()));
 }
 
 size_t numData(const Op &op) {
@@ -235,7 +202,7 @@ void onCpu(KernelCtx &ctx, Task &t, bool forward) {
 }
 
 void eltForward(KernelCtx &ctx) {
-  cuda::DevFn fn = devFn(ctx.op.kind)->fn;
+  cuda::DevFn fn = *devFn(ctx.op.kind);
   float alpha = static_cast<float>(ctx.op.getFloat("alpha", 0.01));
   int n = static_cast<int>(numData(ctx.op));
   for (Task &t : ctx.tasks) {
@@ -257,7 +224,7 @@ void eltForward(KernelCtx &ctx) {
 }
 
 void eltBackward(KernelCtx &ctx) {
-  cuda::DevFn fn = devFn(ctx.op.kind)->fn;
+  cuda::DevFn fn = *devFn(ctx.op.kind);
   float alpha = static_cast<float>(ctx.op.getFloat("alpha", 0.01));
   int n = static_cast<int>(numData(ctx.op));
   for (Task &t : ctx.tasks) {

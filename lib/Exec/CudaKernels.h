@@ -4,6 +4,7 @@
 #ifndef SOAP_EXEC_CUDAKERNELS_H
 #define SOAP_EXEC_CUDAKERNELS_H
 
+#include "ElementwiseFn.h"
 #include <cstdint>
 
 namespace soap {
@@ -36,36 +37,8 @@ struct DevSpace {
   DevOperand ops[kMaxOperands];
 };
 
-/// Element-wise functions, numbered as in the CPU kernels' table.
-enum class DevFn : int {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Max,
-  Min,
-  Where,
-  Equal,
-  Less,
-  Greater,
-  Relu,
-  LeakyRelu,
-  Gelu,
-  Sigmoid,
-  Tanh,
-  Erf,
-  Exp,
-  Log,
-  Sqrt,
-  Reciprocal,
-  Neg,
-  Abs,
-  Not,
-  Cast,
-  Identity,
-  Expand
-};
+/// Element-wise functions: the CPU kernels' list.
+using DevFn = ElemFn;
 
 // Launchers: device pointers; operand 0 is the output. Sums go through
 // atomics, so results are reproducible only up to the order of float sums.

@@ -1,6 +1,7 @@
 // Element-wise ops with numpy broadcasting, and Dropout with a mask drawn
 // from the seed and the global element index. The loop space is the output;
 // an input broadcast along a loop accumulates its gradient over it.
+#include "ElementwiseFn.h"
 #include "Kernels.h"
 
 #include "soap/Support/Error.h"
@@ -12,76 +13,11 @@ namespace exec {
 
 namespace {
 
-enum class Fn {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Max,
-  Min,
-  Where,
-  Equal,
-  Less,
-  Greater,
-  Relu,
-  LeakyRelu,
-  Gelu,
-  Sigmoid,
-  Tanh,
-  Erf,
-  Exp,
-  Log,
-  Sqrt,
-  Reciprocal,
-  Neg,
-  Abs,
-  Not,
-  Cast,
-  Identity,
-  Expand
-};
-
-struct FnName {
-  const char *name;
-  Fn fn;
-};
-
-const FnName kFns[] = {
-    {"Add", Fn::Add},
-    {"Sub", Fn::Sub},
-    {"Mul", Fn::Mul},
-    {"Div", Fn::Div},
-    {"Pow", Fn::Pow},
-    {"Max", Fn::Max},
-    {"Min", Fn::Min},
-    {"Where", Fn::Where},
-    {"Equal", Fn::Equal},
-    {"Less", Fn::Less},
-    {"Greater", Fn::Greater},
-    {"Relu", Fn::Relu},
-    {"LeakyRelu", Fn::LeakyRelu},
-    {"Gelu", Fn::Gelu},
-    {"Sigmoid", Fn::Sigmoid},
-    {"Tanh", Fn::Tanh},
-    {"Erf", Fn::Erf},
-    {"Exp", Fn::Exp},
-    {"Log", Fn::Log},
-    {"Sqrt", Fn::Sqrt},
-    {"Reciprocal", Fn::Reciprocal},
-    {"Neg", Fn::Neg},
-    {"Abs", Fn::Abs},
-    {"Not", Fn::Not},
-    {"Cast", Fn::Cast},
-    {"Identity", Fn::Identity},
-    {"Expand", Fn::Expand},
-};
+using Fn = ElemFn;
 
 Fn fnOf(llvm::StringRef kind) {
-  for (const FnName &f : kFns)
-    if (kind == f.name)
-      return f.fn;
-  return Fn::Identity;
+  return elemFnOf(std::string_view(kind.data(), kind.size()))
+      .value_or(Fn::Identity);
 }
 
 size_t numData(const Op &op) {
@@ -356,9 +292,8 @@ const Kernel kDropout = {checkDropout, dropoutForward, dropoutBackward};
 const Kernel *findPointwiseKernel(llvm::StringRef kind) {
   if (kind == "Dropout")
     return &kDropout;
-  for (const FnName &f : kFns)
-    if (kind == f.name)
-      return &kElementwise;
+  if (elemFnOf(std::string_view(kind.data(), kind.size())))
+    return &kElementwise;
   return nullptr;
 }
 

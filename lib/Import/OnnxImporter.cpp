@@ -41,13 +41,17 @@ llvm::Error checkOperators(const ImportState &s) {
 } // namespace
 } // namespace import
 
-llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
-                                                  const ImportOptions &opts) {
+namespace {
+
+llvm::Expected<std::unique_ptr<Graph>>
+runImport(llvm::StringRef path, const llvm::StringRef *bytes,
+          const ImportOptions &opts) {
   if (auto err = opts.validate())
-    return err;
+    return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));
   import::ImportState s;
   s.path = path.str();
   s.opts = opts;
+  s.buffer = bytes;
   if (auto err = import::loadModel(s))
     return err;
   if (auto err = import::checkOperators(s))
@@ -56,6 +60,19 @@ llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
     return err;
   import::fusePads(s);
   return import::buildGraph(s);
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
+                                                  const ImportOptions &opts) {
+  return runImport(path, nullptr, opts);
+}
+
+llvm::Expected<std::unique_ptr<Graph>>
+importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
+                 const ImportOptions &opts) {
+  return runImport(name, &bytes, opts);
 }
 
 } // namespace soap

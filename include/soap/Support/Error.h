@@ -22,8 +22,11 @@ enum class ExitCode : int {
 class SoapError : public llvm::ErrorInfo<SoapError> {
 public:
   static char ID;
+  /// Control characters in `message` (a newline in a tensor name read from
+  /// a file) are escaped ("\n", "\x01"), so that the message stays one line.
   SoapError(ExitCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+      : code_(code), message_(oneLine(std::move(message))) {}
+  static std::string oneLine(std::string message);
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override;
   ExitCode code() const { return code_; }

@@ -157,6 +157,13 @@ def main():
                           kernel_shape=[3, 3])],
         [inp("x", ["N", 3, 8, 8])], [out("y")], [stripped("w", [4, 3, 3])]))
 
+    # A stride of 0: onnx 1.12's shape inference divides by it (SIGFPE).
+    write("conv_stride_zero.onnx", model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv",
+                          kernel_shape=[3, 3], strides=[0, 1])],
+        [inp("x", ["N", 3, 8, 8])], [out("y")],
+        [stripped("w", [4, 3, 3, 3])]))
+
     # ONNX's own (strict) shape inference fails; the loss cannot be appended.
     write("incompatible.onnx", model(
         [helper.make_node("Add", ["x", "z"], ["y"], name="add")],

@@ -5,15 +5,19 @@
 #   scripts/setup.sh            build and test dependencies, then build
 #   scripts/setup.sh --models   also python3-torch/torchvision/onnx, which
 #                               examples/models/export.py needs
+#   scripts/setup.sh --sanitize also clang-14 and libclang-rt-14-dev (ASan,
+#                               UBSan and libFuzzer's runtime) for the
+#                               sanitizer build of scripts/test.sh --sanitize
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build python3 llvm-15-dev llvm-15-tools
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libfmt-dev
   libspdlog-dev catch2 libopenmpi-dev openmpi-bin)
-if [[ "${1:-}" == "--models" ]]; then
-  packages+=(python3-torch python3-torchvision python3-onnx)
-fi
+case "${1:-}" in
+  --models) packages+=(python3-torch python3-torchvision python3-onnx) ;;
+  --sanitize) packages+=(clang-14 libclang-rt-14-dev) ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

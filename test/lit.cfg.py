@@ -12,7 +12,8 @@ config.excludes = ["Inputs"]
 
 config.environment["PATH"] = os.pathsep.join(
     [config.soap_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
-for var in ("HOME", "TMPDIR"):
+# The sanitizer build (scripts/test.sh --sanitize) sets these.
+for var in ("HOME", "TMPDIR", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 
@@ -20,12 +21,16 @@ config.substitutions.append(("%soapc", os.path.join(config.soap_tools_dir, "soap
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%models", os.path.join(config.soap_src_root, "examples", "models")))
 config.substitutions.append(("%topologies", os.path.join(config.soap_src_root, "examples", "topologies")))
+config.substitutions.append(("%one-error", sys.executable + " " + os.path.join(
+    config.soap_src_root, "test", "cli", "Inputs", "one_error.py")))
 config.substitutions.append(("%inputs", os.path.join(config.soap_src_root, "test", "cli", "Inputs")))
 # FileCheck is taken from LLVM 15; Debian installs it without the version
 # suffix under /usr/lib/llvm-15/bin.
 
 if config.soap_have_cuda:
     config.available_features.add("cuda")
+if config.soap_sanitize:
+    config.available_features.add("sanitize")
 if config.soap_have_mpi:
     config.available_features.add("mpi")
 

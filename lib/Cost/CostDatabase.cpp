@@ -2,6 +2,7 @@
 #include "soap/Cost/CostDatabase.h"
 
 #include "soap/Support/Error.h"
+#include <climits>
 
 namespace soap {
 
@@ -179,6 +180,9 @@ llvm::Expected<CostDatabase> CostDatabase::fromJson(const Json &doc,
         auto n = r.integer(k, ptr, "repeats", 1);
         if (!n)
           return n.takeError();
+        if (*n > INT_MAX)
+          return r.error(jsonPointer(ptr, "repeats"),
+                         fmt::format("{} is more than {}", *n, INT_MAX));
         e.repeats = static_cast<int>(*n);
       }
       for (auto [key, arr] : {std::pair{"flops", e.flops}, {"bytes", e.bytes}}) {
@@ -219,15 +223,19 @@ llvm::Expected<CostDatabase> CostDatabase::fromJson(const Json &doc,
 
 Json CostDatabase::toJson() const {
   Json kernels = Json::array();
-  for (const auto &[sig, e] : kernels_)
-    kernels.push_back({{"signature", sig},
-                       {"forward_s", e.forward},
-                       {"backward_data_s", e.backwardData},
-                       {"backward_weight_s", e.backwardWeight},
-                       {"workspace_bytes", e.workspace},
-                       {"repeats", e.repeats},
-                       {"flops", {e.flops[0], e.flops[1], e.flops[2]}},
-                       {"bytes", {e.bytes[0], e.bytes[1], e.bytes[2]}}});
+  for (const auto &[sig, e] : kernels_) {
+    Json k = {{"signature", sig},
+              {"forward_s", e.forward},
+              {"backward_data_s", e.backwardData},
+              {"backward_weight_s", e.backwardWeight},
+              {"workspace_bytes", e.workspace},
+              {"flops", {e.flops[0], e.flops[1], e.flops[2]}},
+              {"bytes", {e.bytes[0], e.bytes[1], e.bytes[2]}}};
+    // 0 = unknown (the file gave none); the reader wants at least 1.
+    if (e.repeats > 0)
+      k["repeats"] = e.repeats;
+    kernels.push_back(std::move(k));
+  }
   Json device = {{"name", env.device}};
   for (auto [key, v] : {std::pair{"gpu_name", &env.gpuName},
                         {"driver", &env.driver}, {"cuda", &env.cuda},

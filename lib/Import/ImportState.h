@@ -35,6 +35,9 @@ struct TensorInfo {
 
 struct ImportState {
   std::string path;
+  /// The file's bytes when importing from memory (then `path` only names
+  /// it); nullptr to read `path`.
+  const llvm::StringRef *buffer = nullptr;
   ImportOptions opts;
   /// The model; after loadModel its nodes are in topological order and its
   /// graph inputs carry the batch instead of symbolic dims.

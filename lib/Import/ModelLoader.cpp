@@ -30,6 +30,42 @@ std::string ImportState::describe(const std::string &tensor) const {
 
 namespace {
 
+/// Protobuf's recursion limit: deep enough for kMaxSubgraphNesting + 1
+/// levels of graph > node > attribute > graph (3 messages a level) and the
+/// tensor types under the deepest graph, so that one level too many is
+/// reported as such by checkNesting rather than as a corrupt file.
+constexpr int kRecursionLimit = 3 * (kMaxSubgraphNesting + 1) + 16;
+
+llvm::Error notOnnx(const ImportState &s) {
+  return inputError("{}: not an ONNX model (the protobuf does not parse: "
+                    "truncated or corrupt file)",
+                    s.path);
+}
+
+bool parseStream(ImportState &s, google::protobuf::io::CodedInputStream &cis) {
+  // The default limit has been 64 MiB in some protobuf releases; models
+  // without external data may be much larger.
+  cis.SetTotalBytesLimit(static_cast<int>(kMaxModelBytes));
+  cis.SetRecursionLimit(kRecursionLimit);
+  return s.model.ParseFromCodedStream(&cis) && cis.ConsumedEntireMessage();
+}
+
+llvm::Error parseBytes(ImportState &s) {
+  llvm::StringRef bytes = *s.buffer;
+  if (bytes.empty())
+    return inputError("{}: empty file, not an ONNX model", s.path);
+  if (bytes.size() > kMaxModelBytes)
+    return inputError("{}: the file has {} bytes; protobuf parses at most "
+                      "{} (2 GiB - 1; store the weights as external data)",
+                      s.path, bytes.size(), kMaxModelBytes);
+  google::protobuf::io::CodedInputStream cis(
+      reinterpret_cast<const uint8_t *>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  if (!parseStream(s, cis))
+    return notOnnx(s);
+  return llvm::Error::success();
+}
+
 llvm::Error parseFile(ImportState &s) {
   llvm::sys::fs::file_status st;
   if (std::error_code ec = llvm::sys::fs::status(s.path, st))
@@ -40,10 +76,10 @@ llvm::Error parseFile(ImportState &s) {
     return inputError("{}: not a regular file", s.path);
   if (st.getSize() == 0)
     return inputError("{}: empty file, not an ONNX model", s.path);
-  if (st.getSize() >= static_cast<uint64_t>(INT_MAX))
+  if (st.getSize() > kMaxModelBytes)
     return inputError("{}: the file has {} bytes; protobuf parses at most "
-                      "2 GiB (store the weights as external data)",
-                      s.path, st.getSize());
+                      "{} (2 GiB - 1; store the weights as external data)",
+                      s.path, st.getSize(), kMaxModelBytes);
   int fd = ::open(s.path.c_str(), O_RDONLY);
   if (fd < 0)
     return inputError("{}: cannot open the model: {}", s.path,
@@ -54,19 +90,47 @@ llvm::Error parseFile(ImportState &s) {
     google::protobuf::io::FileInputStream fis(fd);
     fis.SetCloseOnDelete(true);
     google::protobuf::io::CodedInputStream cis(&fis);
-    // The default limit has been 64 MiB in some protobuf releases; models
-    // without external data may be much larger.
-    cis.SetTotalBytesLimit(INT_MAX);
-    ok = s.model.ParseFromCodedStream(&cis) && cis.ConsumedEntireMessage();
+    ok = parseStream(s, cis);
     readErrno = fis.GetErrno();
   }
   if (readErrno)
     return inputError("{}: cannot read the model: {}", s.path,
                       std::strerror(readErrno));
   if (!ok)
-    return inputError("{}: not an ONNX model (the protobuf does not parse: "
-                      "truncated or corrupt file)",
-                      s.path);
+    return notOnnx(s);
+  return llvm::Error::success();
+}
+
+/// The subgraphs of one node's attributes (If branches, Loop/Scan bodies).
+std::vector<const onnx::GraphProto *> subgraphs(const onnx::NodeProto &n) {
+  std::vector<const onnx::GraphProto *> subs;
+  for (const onnx::AttributeProto &a : n.attribute()) {
+    if (a.has_g())
+      subs.push_back(&a.g());
+    for (const auto &sg : a.graphs())
+      subs.push_back(&sg);
+  }
+  return subs;
+}
+
+/// Refuses subgraphs nested deeper than kMaxSubgraphNesting; `g` is at
+/// nesting level `depth` below the main graph's node `outer`.
+llvm::Error checkNesting(const ImportState &s, const onnx::GraphProto &g,
+                         int depth, const std::string &outer) {
+  if (depth > kMaxSubgraphNesting)
+    return inputError("{}: node '{}': its subgraphs nest {} levels deep; "
+                      "soapc accepts at most {}",
+                      s.path, outer, depth, kMaxSubgraphNesting);
+  for (const onnx::NodeProto &n : g.node())
+    for (const onnx::GraphProto *sub : subgraphs(n))
+      if (auto err = checkNesting(s, *sub, depth + 1, outer))
+        return err;
+  return llvm::Error::success();
+}
+
+llvm::Error parseModel(ImportState &s) {
+  if (auto err = s.buffer ? parseBytes(s) : parseFile(s))
+    return err;
   if (!s.model.has_graph())
     return inputError("{}: not an ONNX model (it has no graph)", s.path);
   bool found = false;
@@ -79,6 +143,19 @@ llvm::Error parseFile(ImportState &s) {
     return inputError("{}: the model imports no opset of the default ONNX "
                       "domain",
                       s.path);
+  const onnx::GraphProto &g = s.model.graph();
+  if (g.node_size() > kMaxOnnxNodes)
+    return inputError("{}: the graph has {} nodes; soapc accepts at most {}",
+                      s.path, g.node_size(), kMaxOnnxNodes);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    std::string name = n.name().empty()
+                           ? fmt::format("{}_{}", n.op_type(), i)
+                           : n.name();
+    for (const onnx::GraphProto *sub : subgraphs(n))
+      if (auto err = checkNesting(s, *sub, 1, name))
+        return err;
+  }
   return llvm::Error::success();
 }
 
@@ -305,7 +382,7 @@ llvm::Error fixInputs(ImportState &s) {
 } // namespace
 
 llvm::Error loadModel(ImportState &s) {
-  if (auto err = parseFile(s))
+  if (auto err = parseModel(s))
     return err;
   if (auto err = sortGraph(s))
     return err;

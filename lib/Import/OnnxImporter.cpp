@@ -5,6 +5,7 @@
 #include "ImportState.h"
 #include "soap/IR/OpRegistry.h"
 #include "soap/Support/Error.h"
+#include <set>
 
 namespace soap {
 
@@ -38,24 +39,72 @@ llvm::Error checkOperators(const ImportState &s) {
   return llvm::Error::success();
 }
 
+/// Window attributes that ONNX's shape inference divides by or sizes with
+/// unchecked (a stride of 0 is a division by zero in onnx 1.12's
+/// convPoolShapeInference, found by fuzz-onnx): every stride, dilation,
+/// kernel size and group must be positive, every pad non-negative.
+llvm::Error checkWindowAttributes(const ImportState &s) {
+  static const std::set<std::string> windowed = {
+      "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
+  const onnx::GraphProto &g = s.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    if (!windowed.count(n.op_type()))
+      continue;
+    for (const onnx::AttributeProto &a : n.attribute()) {
+      bool positive = a.name() == "strides" || a.name() == "dilations" ||
+                      a.name() == "kernel_shape";
+      if (positive || a.name() == "pads")
+        for (int64_t v : a.ints())
+          if (positive ? v < 1 : v < 0)
+            return inputError("{}: attribute '{}' holds {}; it must be {}",
+                              s.where(i), a.name(), v,
+                              positive ? "positive" : "non-negative");
+      if (a.name() == "group" && a.i() < 1)
+        return inputError("{}: attribute 'group' is {}; it must be positive",
+                          s.where(i), a.i());
+    }
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
 } // namespace import
 
-llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
-                                                  const ImportOptions &opts) {
+namespace {
+
+llvm::Expected<std::unique_ptr<Graph>>
+runImport(llvm::StringRef path, const llvm::StringRef *bytes,
+          const ImportOptions &opts) {
   if (auto err = opts.validate())
-    return err;
+    return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));
   import::ImportState s;
   s.path = path.str();
   s.opts = opts;
+  s.buffer = bytes;
   if (auto err = import::loadModel(s))
     return err;
   if (auto err = import::checkOperators(s))
+    return err;
+  if (auto err = import::checkWindowAttributes(s))
     return err;
   if (auto err = import::foldAndInfer(s))
     return err;
   import::fusePads(s);
   return import::buildGraph(s);
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
+                                                  const ImportOptions &opts) {
+  return runImport(path, nullptr, opts);
+}
+
+llvm::Expected<std::unique_ptr<Graph>>
+importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
+                 const ImportOptions &opts) {
+  return runImport(name, &bytes, opts);
 }
 
 } // namespace soap

@@ -288,6 +288,13 @@ llvm::Error Loader::parsePcieTree(const Json &intra, llvm::StringRef ptr,
 
 llvm::Error Loader::parseNode(const Json &node, Spec &s) const {
   SOAP_TRY(gpus, r_.integer(node, "/node", "gpus", 1));
+  // Checked before anything sized by it is built (all-to-all NVLink pairs,
+  // per-gpu tables).
+  if (gpus > kMaxDevices)
+    return r_.error("/node/gpus",
+                    fmt::format("{} gpus per node is more than the {} devices "
+                                "soapc supports",
+                                gpus, kMaxDevices));
   s.gpus = gpus;
   SOAP_TRY(intra, r_.object(node, "/node", "intra"));
   const std::string ip = "/node/intra";
@@ -401,7 +408,8 @@ llvm::Expected<Topology> Loader::load(const Json &doc) {
   SOAP_TRY(node, r_.object(doc, "", "node"));
   if (auto err = parseNode(*node, s))
     return llvm::Error(std::move(err));
-  if (s.nodes * s.gpus > kMaxDevices)
+  // Division, not multiplication: nodes may be near INT64_MAX.
+  if (s.nodes > kMaxDevices / s.gpus)
     return r_.error("/nodes", fmt::format("{} nodes of {} gpus is more than "
                                           "the {} devices soapc supports",
                                           s.nodes, s.gpus, kMaxDevices));

@@ -7,6 +7,29 @@ namespace soap {
 
 char SoapError::ID = 0;
 
+std::string SoapError::oneLine(std::string message) {
+  bool clean = true;
+  for (char c : message)
+    clean = clean && !(static_cast<unsigned char>(c) < 0x20 || c == 0x7f);
+  if (clean)
+    return message;
+  std::string out;
+  for (char c : message) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
 void SoapError::log(llvm::raw_ostream &os) const { os << message_; }
 
 std::error_code SoapError::convertToErrorCode() const {

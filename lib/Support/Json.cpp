@@ -9,26 +9,36 @@
 
 namespace soap {
 
+llvm::Expected<Json> parseJson(llvm::StringRef text, llvm::StringRef name) {
+  Json value = Json::parse(text.begin(), text.end(), nullptr,
+                           /*allow_exceptions=*/false);
+  if (!value.is_discarded())
+    return llvm::Expected<Json>(std::move(value));
+  // Re-parse with exceptions to learn what is wrong and where. Besides
+  // syntax errors, nlohmann throws out_of_range for a number that overflows
+  // a double (1e400), which must not escape as an uncaught exception.
+  try {
+    Json again = Json::parse(text.begin(), text.end());
+    (void)again;
+  } catch (const Json::parse_error &e) {
+    return inputError("{}: invalid JSON at byte {}", name.str(), e.byte);
+  } catch (const Json::exception &e) {
+    std::string what = e.what();
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'"
+    auto close = what.find("] ");
+    if (close != std::string::npos)
+      what = what.substr(close + 2);
+    return inputError("{}: invalid JSON: {}", name.str(), what);
+  }
+  return inputError("{}: invalid JSON", name.str());
+}
+
 llvm::Expected<Json> readJsonFile(llvm::StringRef path) {
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buf)
     return inputError("{}: cannot read: {}", path.str(),
                       buf.getError().message());
-  Json value = Json::parse((*buf)->getBuffer().begin(),
-                           (*buf)->getBuffer().end(), nullptr,
-                           /*allow_exceptions=*/false);
-  if (value.is_discarded()) {
-    // Re-parse with exceptions to get the position of the syntax error.
-    try {
-      Json again = Json::parse((*buf)->getBuffer().begin(),
-                               (*buf)->getBuffer().end());
-      (void)again;
-    } catch (const Json::parse_error &e) {
-      return inputError("{}: invalid JSON at byte {}", path.str(), e.byte);
-    }
-    return inputError("{}: invalid JSON", path.str());
-  }
-  return value;
+  return parseJson((*buf)->getBuffer(), path);
 }
 
 static std::string escapePointerToken(llvm::StringRef key) {

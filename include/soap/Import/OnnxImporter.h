@@ -30,6 +30,19 @@ struct ImportOptions {
   llvm::Error validate() const;
 };
 
+/// Limits on what importOnnx accepts (README, "Limits"); one past any of
+/// them is an inputError.
+/// The largest model file: protobuf's own limit on one message (INT_MAX
+/// bytes); larger weights belong in external data, which is never read.
+constexpr uint64_t kMaxModelBytes = 2147483647;
+/// The most nodes in the main graph: the IR, the searchers' per-op tables and
+/// the simulator's task graph grow linearly with it; the zoo's largest model
+/// has a few thousand.
+constexpr int64_t kMaxOnnxNodes = 100000;
+/// The deepest nesting of subgraphs (If/Loop/Scan bodies) that is parsed;
+/// deeper files are refused before anything recurses into them.
+constexpr int kMaxSubgraphNesting = 100;
+
 /// Imports the ONNX model at `path`. Every error that the file can cause is
 /// an inputError (exit code 2) whose message starts with `path` and names the
 /// node or tensor concerned. External data is never read (only dims are
@@ -42,6 +55,13 @@ struct ImportOptions {
 /// input. Axis attributes (`axis`, `perm`, `axes`) are non-negative.
 llvm::Expected<std::unique_ptr<Graph>> importOnnx(llvm::StringRef path,
                                                   const ImportOptions &opts);
+
+/// The same from the bytes of a model file (the fuzz target's entry point);
+/// `name` stands for the path in errors and external data resolves against
+/// its directory.
+llvm::Expected<std::unique_ptr<Graph>>
+importOnnxBuffer(llvm::StringRef bytes, llvm::StringRef name,
+                 const ImportOptions &opts);
 
 } // namespace soap
 

@@ -22,8 +22,14 @@ enum class ExitCode : int {
 class SoapError : public llvm::ErrorInfo<SoapError> {
 public:
   static char ID;
+  /// A bad-input message is one line: control characters in it (a newline
+  /// in a tensor name read from a file) are escaped ("\n", "\x01"). Other
+  /// codes may list findings on several lines (`soapc check`'s exit 4).
   SoapError(ExitCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+      : code_(code),
+        message_(code == ExitCode::InvalidInput ? oneLine(std::move(message))
+                                                : std::move(message)) {}
+  static std::string oneLine(std::string message);
   void log(llvm::raw_ostream &os) const override;
   std::error_code convertToErrorCode() const override;
   ExitCode code() const { return code_; }

@@ -14,6 +14,8 @@ using Json = nlohmann::json;
 
 /// Reads and parses a JSON file; errors name the file and line/column.
 llvm::Expected<Json> readJsonFile(llvm::StringRef path);
+/// Parses JSON text; `name` stands for the file in errors.
+llvm::Expected<Json> parseJson(llvm::StringRef text, llvm::StringRef name);
 
 /// Appends a key or an index to a JSON pointer, escaping '~' and '/'.
 std::string jsonPointer(llvm::StringRef base, llvm::StringRef key);

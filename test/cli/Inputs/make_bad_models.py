@@ -85,6 +85,10 @@ def main():
     del w.float_data[:]
     full = mlp(w).SerializeToString(deterministic=True)
     write("truncated.onnx", full[:len(full) // 2])
+    # A whole model followed by a field (doc_string, 6) whose length runs
+    # 1 MiB past the end of the file.
+    write("length_past_end.onnx",
+          full + bytes([6 << 3 | 2, 0x80, 0x80, 0x40]) + b"short")
 
     # Valid: an initializer that keeps its data; external data whose file
     # is missing (only dims are needed); nodes out of topological order.
@@ -138,9 +142,27 @@ def main():
     write("dim_negative.onnx", model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         [inp("x", ["N", -3])], [out("y")]))
+    write("dim_int64max.onnx", model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [inp("x", [9223372036854775807])], [out("y")]))
+    write("dim_int64max_weight.onnx",
+          mlp(stripped("w", [8, 9223372036854775807])))
     write("overflow.onnx", model(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         [inp("x", ["N", 4294967296, 4294967296])], [out("y")]))
+
+    # Conv weights of rank 3 for a 2-D convolution.
+    write("conv_weight_rank.onnx", model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv",
+                          kernel_shape=[3, 3])],
+        [inp("x", ["N", 3, 8, 8])], [out("y")], [stripped("w", [4, 3, 3])]))
+
+    # A stride of 0: onnx 1.12's shape inference divides by it (SIGFPE).
+    write("conv_stride_zero.onnx", model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv",
+                          kernel_shape=[3, 3], strides=[0, 1])],
+        [inp("x", ["N", 3, 8, 8])], [out("y")],
+        [stripped("w", [4, 3, 3, 3])]))
 
     # ONNX's own (strict) shape inference fails; the loss cannot be appended.
     write("incompatible.onnx", model(

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bench/fuzz: runs each libFuzzer target of the sanitizer build (ASan + UBSan,
+# build-asan-clang/, configured by scripts/test.sh --sanitize) for RUNS
+# executions (default 1,000,000), one target at a time in one process, and
+# prints executions, seconds, executions per second and crashes per target;
+# writes the same as JSON. Not run by CI (which fuzzes each target for 60 s).
+#   bench/fuzz.sh [--runs N] [--out FILE] [TARGET...]   (onnx topology profile plan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=1000000 out=bench/results/fuzz.json targets=()
+while (($#)); do
+  case "$1" in
+    --runs) runs="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+((${#targets[@]})) || targets=(onnx topology profile plan)
+build=build-asan-clang
+for t in "${targets[@]}"; do
+  [[ -x "$build/bin/fuzz-$t" ]] || {
+    echo "bench/fuzz: $build/bin/fuzz-$t is missing; run scripts/test.sh --sanitize first" >&2
+    exit 2; }
+done
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/test/fuzz/lsan.supp:print_suppressions=0"
+
+# The JSON is rewritten after each target, so an interrupted run keeps what
+# it measured.
+write_json() {
+  mkdir -p "$(dirname "$out")"
+  {
+    echo '{'
+    echo '  "benchmark": "fuzz",'
+    echo "  \"runs_per_target\": $runs,"
+    echo '  "build": "clang 14, -O1, ASan + UBSan (-fno-sanitize-recover=all), libFuzzer",'
+    echo "  \"machine\": \"$(nproc) cores shared, $(uname -m)\","
+    echo '  "targets": ['
+    for i in "${!rows[@]}"; do
+      sep=","; ((i == ${#rows[@]} - 1)) && sep=""
+      echo "    ${rows[$i]}$sep"
+    done
+    echo '  ]'
+    echo '}'
+  } >"$out"
+}
+
+printf '%-9s %12s %9s %9s %8s\n' target executions seconds exec/s crashes
+rows=()
+for t in "${targets[@]}"; do
+  log="$build/fuzz-bench-$t.log"
+  start=$(date +%s.%N)
+  crashes=0
+  test/fuzz/run.sh "$t" "$build" - -runs="$runs" >"$log" 2>&1 || crashes=1
+  end=$(date +%s.%N)
+  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
+  execs=${execs:-0}
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')
+  rate=$(awk -v n="$execs" -v s="$secs" 'BEGIN {print n / s}')
+  printf '%-9s %12d %9.0f %9.0f %8d\n' "$t" "$execs" "$secs" "$rate" "$crashes"
+  ((crashes == 0)) || echo "  fuzz-$t crashed: see $log" >&2
+  rows+=("$(printf '{"target": "%s", "executions": %d, "seconds": %.1f, "exec_per_sec": %.0f, "crashes": %d, "corpus_files": %d}' \
+    "$t" "$execs" "$secs" "$rate" "$crashes" "$(ls "$build/fuzz/$t" | wc -l)")")
+  write_json
+done
+echo "wrote $out"

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Determinism check (issue 10): every searcher `soapc --help` lists x every
+model of the zoo x seeds {0, 1, 42}: three searches each -- two with
+--threads 1, one with --threads 2 (and --chains 2, so that threads have
+something to run) -- must exit alike and, when they write a plan, write
+plans with the same SHA-256. A combination whose searches all exit 3 (no
+feasible plan) is skipped with a line saying so.
+
+    determinism.py SOAPC MODELS_DIR TOPOLOGY OUT_DIR [--jobs N]
+
+Budgets are proposal counts (deterministic by definition): BUDGET by
+default, less for searchers whose proposal is a whole simulated strategy.
+Prints one line per combination that is not identical, a summary, and exits
+1 on any difference.
+"""
+
+import argparse
+import concurrent.futures
+import hashlib
+import os
+import re
+import subprocess
+import sys
+
+SEEDS = (0, 1, 42)
+BUDGET = 60
+BUDGETS = {"exhaustive": 4}  # each of its proposals is a full simulation
+BATCH = 64
+
+
+def searchers(soapc):
+    """The `searchers:` block of soapc --help: one "    name  description"
+    line each, so searchers registered later are covered too."""
+    out = subprocess.run([soapc, "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    names, inside = [], False
+    for line in out.splitlines():
+        if line.strip() == "searchers:":
+            inside = True
+        elif inside and re.match(r"^    \S", line):
+            names.append(line.split()[0])
+        elif inside and names:
+            break
+    return names
+
+
+def run(soapc, model, topology, searcher, seed, threads, out):
+    cmd = [soapc, model, "--topology", topology, "--search", searcher,
+           "--budget", str(BUDGETS.get(searcher, BUDGET)), "--seed",
+           str(seed), "--batch", str(BATCH), "--chains", "2", "--threads",
+           str(threads), "-o", out]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    digest = None
+    if p.returncode == 0:
+        with open(out, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    return p.returncode, digest, p.stderr.strip().splitlines()[-1:]
+
+
+def check(args, searcher, model, seed):
+    name = os.path.splitext(os.path.basename(model))[0]
+    tag = f"{searcher} {name} seed {seed}"
+    results = []
+    for k, threads in enumerate((1, 1, 2)):
+        out = os.path.join(args.out, f"{searcher}-{name}-{seed}-{k}.json")
+        results.append(run(args.soapc, model, args.topology, searcher, seed,
+                           threads, out))
+    codes = [r[0] for r in results]
+    digests = [r[1] for r in results]
+    if len(set(codes)) != 1:
+        return "fail", f"{tag}: exit codes differ: {codes} (runs: threads 1, 1, 2)"
+    if codes[0] == 3:
+        return "skip", f"{tag}: skipped: no feasible plan (exit 3 in every run)"
+    if codes[0] != 0:
+        return "fail", f"{tag}: exit code {codes[0]}: {results[0][2]}"
+    if len(set(digests)) != 1:
+        return "fail", (f"{tag}: plans differ: " +
+                        ", ".join(f"threads {t}: {d[:12]}" for t, d in
+                                  zip((1, 1, 2), digests)))
+    return "same", f"{tag}: {digests[0][:16]}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("soapc")
+    ap.add_argument("models")
+    ap.add_argument("topology")
+    ap.add_argument("out")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    names = searchers(args.soapc)
+    models = sorted(os.path.join(args.models, f)
+                    for f in os.listdir(args.models) if f.endswith(".onnx"))
+    if not names or not models:
+        print(f"determinism: found {len(names)} searchers and {len(models)} "
+              "models; expected some of each")
+        return 1
+    print(f"determinism: searchers {', '.join(names)}; {len(models)} models; "
+          f"seeds {', '.join(map(str, SEEDS))}")
+    jobs = [(s, m, seed) for s in names for m in models for seed in SEEDS]
+    counts = {"same": 0, "skip": 0, "fail": 0}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for kind, line in pool.map(lambda j: check(args, *j), jobs):
+            counts[kind] += 1
+            if kind != "same":
+                print(line)
+    print(f"determinism: {len(jobs)} combinations: {counts['same']} "
+          f"identical, {counts['skip']} skipped, {counts['fail']} failed")
+    return 1 if counts["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@
 #include "ImportState.h"
 #include "soap/IR/OpRegistry.h"
 #include "soap/Support/Error.h"
+#include <map>
 #include <set>
 
 namespace soap {
@@ -47,10 +48,30 @@ llvm::Error checkWindowAttributes(const ImportState &s) {
   static const std::set<std::string> windowed = {
       "Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"};
   const onnx::GraphProto &g = s.graph();
+  // Ranks known before inference: graph inputs and initializers. onnx 1.12
+  // dereferences null when a Conv's data has rank < 3 or its weights another
+  // rank (found by fuzz-onnx).
+  std::map<std::string, int> rank;
+  for (const auto &vi : g.input())
+    if (vi.type().has_tensor_type() && vi.type().tensor_type().has_shape())
+      rank[vi.name()] = vi.type().tensor_type().shape().dim_size();
+  for (const auto &t : g.initializer())
+    rank[t.name()] = t.dims_size();
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &n = g.node(i);
     if (!windowed.count(n.op_type()))
       continue;
+    auto x = n.input_size() > 0 ? rank.find(n.input(0)) : rank.end();
+    if (x != rank.end() && x->second < 3)
+      return inputError("{}: input '{}' has rank {}; {} needs rank >= 3",
+                        s.where(i), n.input(0), x->second, n.op_type());
+    auto w = n.input_size() > 1 && n.op_type().rfind("Conv", 0) == 0
+                 ? rank.find(n.input(1))
+                 : rank.end();
+    if (x != rank.end() && w != rank.end() && w->second != x->second)
+      return inputError("{}: weight '{}' has rank {}, input '{}' has rank {}",
+                        s.where(i), n.input(1), w->second, n.input(0),
+                        x->second);
     for (const onnx::AttributeProto &a : n.attribute()) {
       bool positive = a.name() == "strides" || a.name() == "dilations" ||
                       a.name() == "kernel_shape";

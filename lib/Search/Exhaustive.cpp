@@ -134,7 +134,12 @@ public:
     // equally fast strategies, which one is returned, never the time.
     if (const SearcherInfo *mcmc = SearcherRegistry::instance().lookup("mcmc")) {
       SearchOptions mo = o;
-      mo.budget = Budget{kIncumbentProposals, 0};
+      // At most kIncumbentProposals, and with a budget of simulated
+      // strategies, not much more than the search itself may simulate.
+      uint64_t proposals = kIncumbentProposals;
+      if (o.budget.proposals)
+        proposals = std::min(proposals, 50 * o.budget.proposals);
+      mo.budget = Budget{proposals, 0};
       mo.progress = nullptr;
       auto r = mcmc->create()->search(p, mo);
       if (r && r->iterationTime < best_.iterationTime) {

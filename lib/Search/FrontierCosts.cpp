@@ -299,6 +299,7 @@ struct FtModelBuilder {
     return g;
   }
 
+  std::vector<std::vector<Seconds>> bwd, wsync;
   llvm::Error opCosts(OpId o) {
     const Graph &g = p.graph;
     const Op &op = g.op(o);
@@ -312,6 +313,7 @@ struct FtModelBuilder {
       if (!kt)
         return kt.takeError();
       m.compute_[o][k] = kt->forward + kt->backward();
+      bwd[o][k] = kt->backward();
       TileMemory tm = p.cost.memory(g, op, tile, p.optimizer);
       m.memory_[o][k] =
           double(tm.weights + tm.gradients + tm.optimizer + tm.saved);
@@ -325,7 +327,7 @@ struct FtModelBuilder {
           loops[l] = !indexes(sem.inputs[wi], int(l));
         std::vector<DeviceId> grp = groupOf(c, loops, true);
         if (grp.size() > 1)
-          sync += p.collectives.time(
+          wsync[o][k] += p.collectives.time(
               Collective::AllReduce, grp,
               sem.inputRegion(wi, tile).volume() *
                   dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype));
@@ -457,7 +459,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.devices_ = n;
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
-  FtModelBuilder b{p, m, log2Of(int64_t(n))};
+  FtModelBuilder b{p, m, log2Of(int64_t(n)), {}, {}};
   const Graph &g = p.graph;
   for (const Op &op : g.ops()) {
     m.configs_.push_back(b.enumerate(op.sem));
@@ -466,9 +468,26 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
     m.sync_.emplace_back(k);
     m.memory_.emplace_back(k);
   }
+  b.bwd.resize(g.numOps());
+  b.wsync.resize(g.numOps());
+  for (const Op &op : g.ops()) {
+    b.bwd[op.id].assign(m.configs_[op.id].size(), 0);
+    b.wsync[op.id].assign(m.configs_[op.id].size(), 0);
+  }
   for (const Op &op : g.ops())
     if (auto err = b.opCosts(op.id))
       return llvm::Error(std::move(err));
+  // A weight gradient's all-reduce overlaps the backward pass of the ops
+  // before it: only what the least such backward cannot hide is exposed.
+  Seconds window = 0;
+  for (const Op &op : g.ops()) {
+    Seconds least = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < m.configs_[op.id].size(); ++k) {
+      m.sync_[op.id][k] += std::max(0.0, b.wsync[op.id][k] - window);
+      least = std::min(least, b.bwd[op.id][k]);
+    }
+    window += least;
+  }
   for (const Op &op : g.ops())
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       ValueId v = op.inputs[i];
@@ -493,7 +512,7 @@ Seconds FtModel::reschedule(const std::vector<int64_t> &shape, Bytes elemBytes,
   for (int64_t d : shape)
     total *= double(d);
   FtModelBuilder b{*problem_, const_cast<FtModel &>(*this),
-                   log2Of(int64_t(devices_))};
+                   log2Of(int64_t(devices_)), {}, {}};
   return b.reschedule(total, from, to);
 }
 

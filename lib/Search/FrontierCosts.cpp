@@ -115,7 +115,10 @@ struct FtModelBuilder {
       }
     };
     while (!pq.empty()) {
-      auto [t, s] = pq.top();
+      // Copies, not structured bindings: the lambdas below use them
+      // (C++17 cannot capture a binding).
+      Seconds t = pq.top().first;
+      Split s = pq.top().second;
       pq.pop();
       if (t > dist[pack(s)])
         continue;

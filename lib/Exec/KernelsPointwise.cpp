@@ -243,7 +243,10 @@ llvm::Error checkDropout(const Graph &g, const Op &op) {
 /// Calls f(outputOffset, inputOffset, keep) for every point of the task.
 template <class F> void dropoutWalk(KernelCtx &ctx, Task &t, F f) {
   const OpSemantics &sem = ctx.op.sem;
-  auto [ratio, on] = dropoutRatio(ctx.graph, ctx.op);
+  // No bindings: the lambda below captures them.
+  const auto dropout = dropoutRatio(ctx.graph, ctx.op);
+  const auto ratio = dropout.first;
+  const bool on = dropout.second;
   const Value &y = ctx.graph.value(ctx.op.outputs[0]);
   // The output map over the whole tensor: its offset is the global index.
   Box whole = Box::full(y.shape.dims);

@@ -167,7 +167,8 @@ void Tracker::eliminateIsolated(int i) {
 /// loses nothing, since no other edge depends on them.
 void Tracker::eliminateLeaf(int i) {
   Node &ni = nodes_[size_t(i)];
-  auto [h, e] = *ni.adj.begin();
+  int h = ni.adj.begin()->first; // no bindings: the lambda captures them
+  size_t e = ni.adj.begin()->second;
   std::vector<Frontier> nf = compute(K(h), [&](size_t kh, Cands &c) {
     for (size_t ki = 0; ki < K(i); ++ki)
       appendProduct(c, nodes_[size_t(h)].f[kh], ni.f[ki], &edgeF(e, i, ki, kh));
@@ -182,8 +183,11 @@ void Tracker::eliminateLeaf(int i) {
 void Tracker::eliminateNode(int i) {
   Node &ni = nodes_[size_t(i)];
   auto it = ni.adj.begin();
-  auto [h, eh] = *it++;
-  auto [j, ej] = *it;
+  int h = it->first; // no bindings: the lambda captures them
+  auto eh = it->second;
+  ++it;
+  int j = it->first;
+  auto ej = it->second;
   size_t kh = K(h), kj = K(j);
   std::vector<Frontier> f = compute(kh * kj, [&](size_t x, Cands &c) {
     size_t a = x / kj, b = x % kj;
@@ -248,7 +252,9 @@ void Tracker::eliminateHeuristic(int i) {
   appendProduct(c, constant_, ni.f[best]);
   constant_ = arena_.materialize(reduceCandidates(std::move(c), o_.resolution));
   std::vector<std::pair<int, size_t>> adj(ni.adj.begin(), ni.adj.end());
-  for (auto [j, e] : adj) {
+  for (const auto &je : adj) {
+    int j = je.first; // no bindings: the lambda captures them
+    size_t e = je.second;
     std::vector<Frontier> nf = compute(K(j), [&](size_t kj, Cands &cc) {
       appendProduct(cc, nodes_[size_t(j)].f[kj], edgeF(e, i, best, kj));
     });

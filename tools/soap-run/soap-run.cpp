@@ -82,7 +82,10 @@ static llvm::Error run(Comm &comm) {
   std::vector<std::string> comms = builtCommBackends();
   if (commOpt != "mpi" && commOpt != "nccl")
     return inputError("--comm '{}': expected mpi or nccl", commOpt.getValue());
-  if (std::find(comms.begin(), comms.end(), commOpt.getValue()) == comms.end())
+  // Without MPI one rank still runs (the default needs no launcher); asking
+  // for a backend that is not built is an error.
+  if (commOpt.getNumOccurrences() > 0 &&
+      std::find(comms.begin(), comms.end(), commOpt.getValue()) == comms.end())
     return inputError("--comm '{}': not built in", commOpt.getValue());
   auto plan = readPlan(planPath);
   if (!plan)
@@ -157,7 +160,8 @@ static llvm::Error run(Comm &comm) {
         "{} steps, seed {}\n",
         modelPath.getValue(), graph->numOps(), plan->inputs.batch,
         planPath.getValue(), plan->inputs.searcher, comm.size(),
-        comm.size() == 1 ? "" : "s", opts.backend, commOpt.getValue(),
+        comm.size() == 1 ? "" : "s", opts.backend,
+        nccl ? nccl->name() : comm.name(),
         opts.steps, opts.seed);
   auto steps = runTraining(*graph, *strategy, nccl ? *nccl : comm, opts);
   if (!steps) {

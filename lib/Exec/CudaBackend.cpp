@@ -103,23 +103,39 @@ float gemmAttr(const Op &op, const char *k) {
 
 bool hasBias(const Op &op) { return op.input(2) != kNoValue; }
 
+/// A contraction tile's index spaces for the CUDA kernels: `s` for the
+/// product, `sb` for the bias (added once per partial-sum group; `bias`
+/// says whether this tile adds it). False when a space is not one the
+/// kernels take: the tile then runs on the CPU.
+bool describeContraction(const OpSemantics &sem, const Op &op, const Task &t,
+                         cuda::DevSpace &s, cuda::DevSpace &sb, bool &bias) {
+  std::vector<Operand> ops{{&sem.outputs[0], t.out[0].box},
+                           {&sem.inputs[0], t.in[0].box},
+                           {&sem.inputs[1], t.in[1].box}};
+  bias = hasBias(op) && firstOfPartialGroup(sem, t.loops, 0);
+  return describe(sem, t.loops, ops, s) &&
+         (!bias || describe(sem, collapse(t.loops, reducedMask(sem, 0)),
+                            {{&sem.outputs[0], t.out[0].box},
+                             {&sem.inputs[2], t.in[2].box}},
+                            sb));
+}
+
+/// Runs the CPU kernel's pass on one task.
+void onCpu(KernelCtx &ctx, Task &t, bool forward) {
+  std::vector<Task> one{std::move(t)};
+  KernelCtx c{ctx.graph, ctx.op, one, ctx.stats, ctx.seed, ctx.step};
+  const Kernel *k = findKernel(ctx.op.kind, "cpu");
+  (forward ? k->forward : k->backward)(c);
+  t = std::move(one[0]);
+}
+
 void contractionForward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   for (Task &t : ctx.tasks) {
     cuda::DevSpace s, sb;
-    std::vector<Operand> ops{{&sem.outputs[0], t.out[0].box},
-                             {&sem.inputs[0], t.in[0].box},
-                             {&sem.inputs[1], t.in[1].box}};
-    bool bias = hasBias(ctx.op) && firstOfPartialGroup(sem, t.loops, 0);
-    if (!describe(sem, t.loops, ops, s) ||
-        (bias && !describe(sem, collapse(t.loops, reducedMask(sem, 0)),
-                           {{&sem.outputs[0], t.out[0].box},
-                            {&sem.inputs[2], t.in[2].box}},
-                           sb))) {
-      std::vector<Task> one{std::move(t)};
-      KernelCtx c{ctx.graph, ctx.op, one, ctx.stats, ctx.seed, ctx.step};
-      findKernel(ctx.op.kind, "cpu")->forward(c);
-      t = std::move(one[0]);
+    bool bias = false;
+    if (!describeContraction(sem, ctx.op, t, s, sb, bias)) {
+      onCpu(ctx, t, true);
       continue;
     }
     DeviceBuf y(t.out[0], false), a(t.in[0]), b(t.in[1]);
@@ -128,10 +144,8 @@ void contractionForward(KernelCtx &ctx) {
     if (bias) {
       DeviceBuf c(t.in[2]);
       cuda::biasForward(sb, y.get(), c.get(), gemmAttr(ctx.op, "beta"));
-      y.download(t.out[0]);
-    } else {
-      y.download(t.out[0]);
     }
+    y.download(t.out[0]);
     if (const char *e = cuda::lastError())
       note(cudaErrorLaunchFailure, e);
   }
@@ -141,19 +155,9 @@ void contractionBackward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   for (Task &t : ctx.tasks) {
     cuda::DevSpace s, sb;
-    std::vector<Operand> ops{{&sem.outputs[0], t.out[0].box},
-                             {&sem.inputs[0], t.in[0].box},
-                             {&sem.inputs[1], t.in[1].box}};
-    bool bias = hasBias(ctx.op) && firstOfPartialGroup(sem, t.loops, 0);
-    if (!describe(sem, t.loops, ops, s) ||
-        (bias && !describe(sem, collapse(t.loops, reducedMask(sem, 0)),
-                           {{&sem.outputs[0], t.out[0].box},
-                            {&sem.inputs[2], t.in[2].box}},
-                           sb))) {
-      std::vector<Task> one{std::move(t)};
-      KernelCtx c{ctx.graph, ctx.op, one, ctx.stats, ctx.seed, ctx.step};
-      findKernel(ctx.op.kind, "cpu")->backward(c);
-      t = std::move(one[0]);
+    bool bias = false;
+    if (!describeContraction(sem, ctx.op, t, s, sb, bias)) {
+      onCpu(ctx, t, false);
       continue;
     }
     DeviceBuf dy(t.gout[0]), a(t.in[0]), b(t.in[1]);
@@ -190,15 +194,6 @@ std::vector<Operand> eltOperands(const Op &op, const Task &t) {
   for (size_t i = 0; i < numData(op); ++i)
     ops.push_back({&op.sem.inputs[i], t.in[i].box});
   return ops;
-}
-
-/// Runs the CPU kernel's pass on one task.
-void onCpu(KernelCtx &ctx, Task &t, bool forward) {
-  std::vector<Task> one{std::move(t)};
-  KernelCtx c{ctx.graph, ctx.op, one, ctx.stats, ctx.seed, ctx.step};
-  const Kernel *k = findKernel(ctx.op.kind, "cpu");
-  (forward ? k->forward : k->backward)(c);
-  t = std::move(one[0]);
 }
 
 void eltForward(KernelCtx &ctx) {

@@ -28,12 +28,25 @@ reduceCandidates(std::vector<FrontierCandidate> c, double resolution) {
   });
   std::vector<FrontierCandidate> out;
   double v = std::numeric_limits<double>::infinity();
-  double keep = 1 - resolution;
-  for (uint32_t i : idx)
-    if (c[i].time < v * keep || (out.empty() && c[i].time < v)) {
+  double exact = v, keep = 1 - resolution;
+  uint32_t fastest = 0;
+  bool fastestKept = true;
+  for (uint32_t i : idx) {
+    if (c[i].time >= exact)
+      continue; // dominated
+    exact = c[i].time;
+    fastest = i;
+    fastestKept = false;
+    if (c[i].time < v * keep || out.empty()) {
       out.push_back(c[i]);
       v = c[i].time;
+      fastestKept = true;
     }
+  }
+  // The fastest point stays even within the resolution of the one before:
+  // then the min-time point of every product and union is exact too.
+  if (!fastestKept)
+    out.push_back(c[fastest]);
   return out;
 }
 

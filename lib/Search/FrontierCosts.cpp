@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <queue>
+#include <unordered_map>
 
 namespace soap {
 
@@ -75,6 +76,8 @@ int log2Of(int64_t x) {
 /// Builds an FtModel; the shortest-path cache lives here while building and
 /// in the model for reschedule() afterwards.
 struct FtModelBuilder {
+  FtModelBuilder(const SearchProblem &p, FtModel &m, int bits)
+      : p(p), m(m), bits(bits) {}
   const SearchProblem &p;
   FtModel &m;
   int bits = 0;
@@ -84,111 +87,170 @@ struct FtModelBuilder {
     return mu;
   }
 
+  /// Collective time on `group`, memoised: the shortest paths and the
+  /// configurations of similar ops ask for the same few groups and sizes
+  /// again and again, and the collective model orders a ring each time.
+  Seconds collectiveOn(Collective kind, const std::vector<DeviceId> &group,
+                       Bytes b) const {
+    auto key = std::make_tuple(int(kind), group, b);
+    {
+      std::lock_guard<std::mutex> lock(collectiveMutex);
+      auto it = collectiveCache.find(key);
+      if (it != collectiveCache.end())
+        return it->second;
+    }
+    Seconds t = p.collectives.time(kind, group, b);
+    std::lock_guard<std::mutex> lock(collectiveMutex);
+    collectiveCache.emplace(std::move(key), t);
+    return t;
+  }
+  mutable std::mutex collectiveMutex;
+  mutable std::map<std::tuple<int, std::vector<DeviceId>, Bytes>, Seconds>
+      collectiveCache;
+
   /// Collective time on the group of 2^q devices with stride 2^s.
   Seconds collective(Collective kind, int q, int s, double bytes) const {
+    Bytes b = Bytes(std::ceil(bytes));
+    // Packed key: no group is built unless the time is new.
+    uint64_t key = (uint64_t(kind) << 56) | (uint64_t(q) << 48) |
+                   (uint64_t(s) << 40);
+    {
+      std::lock_guard<std::mutex> lock(collectiveMutex);
+      auto it = stridedCache.find({key, b});
+      if (it != stridedCache.end())
+        return it->second;
+    }
     std::vector<DeviceId> group;
     for (int64_t i = 0; i < (int64_t(1) << q); ++i)
       group.push_back(DeviceId(i << s));
-    return p.collectives.time(kind, group, Bytes(std::ceil(bytes)));
+    Seconds t = collectiveOn(kind, group, b);
+    std::lock_guard<std::mutex> lock(collectiveMutex);
+    stridedCache.emplace(std::make_pair(key, b), t);
+    return t;
   }
+  mutable std::map<std::pair<uint64_t, Bytes>, Seconds> stridedCache;
 
   /// Dijkstra from `from` over every split of a rank-R tensor of `total`
   /// bytes; edges are single collectives (all-reduce or reduce-scatter of a
   /// partial sum, all-gather of part of a dim) or free local slices. The
   /// mesh orders slots as listed, the last fastest: a collective on a
-  /// slot's fastest part strides over the faster slots.
-  std::map<uint64_t, Seconds> paths(const Split &from, double total) const {
+  /// slot's fastest part strides over the faster slots. States are packed
+  /// splits (4 bits a slot), so the search allocates only its queue.
+  /// Sorted by target split.
+  using Paths = std::vector<std::pair<uint64_t, Seconds>>;
+  Paths paths(const Split &from, double total) const {
     size_t n = from.size(), r = n - 2;
-    std::map<uint64_t, Seconds> dist;
-    using Item = std::pair<Seconds, Split>;
-    auto cmp = [](const Item &a, const Item &b) {
-      return a.first != b.first ? a.first > b.first : a.second > b.second;
+    auto get = [](uint64_t k, size_t i) { return int((k >> (4 * i)) & 15); };
+    auto add = [](uint64_t k, size_t i, int d) {
+      return uint64_t(int64_t(k) + (int64_t(d) << (4 * i)));
     };
-    std::priority_queue<Item, std::vector<Item>, decltype(cmp)> pq(cmp);
-    dist[pack(from)] = 0;
-    pq.push({0, from});
-    auto relax = [&](const Split &s, Seconds t) {
-      auto [it, fresh] = dist.try_emplace(pack(s), t);
+    std::unordered_map<uint64_t, Seconds> dist;
+    dist.reserve(256);
+    using Item = std::pair<Seconds, uint64_t>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
+    uint64_t start = pack(from);
+    dist[start] = 0;
+    pq.push({0, start});
+    auto relax = [&](uint64_t k, Seconds t) {
+      auto [it, fresh] = dist.try_emplace(k, t);
       if (fresh || t < it->second) {
         it->second = t;
-        pq.push({t, s});
+        pq.push({t, k});
       }
     };
+    // The collectives of one search: bytes depend only on how split the
+    // tensor is (dimsQ) and q, so a few dozen distinct calls repeat.
+    std::unordered_map<uint32_t, Seconds> local;
+    local.reserve(64);
+    auto coll = [&](Collective kind, int q, int stride, int dimsQ) {
+      uint32_t key = (uint32_t(kind) << 24) | (uint32_t(q) << 16) |
+                     (uint32_t(stride) << 8) | uint32_t(dimsQ);
+      auto it = local.find(key);
+      if (it != local.end())
+        return it->second;
+      double bytes = std::ldexp(total, -dimsQ);
+      if (kind == Collective::AllGather)
+        bytes = std::ldexp(bytes, q);
+      Seconds t = collective(kind, q, stride, bytes);
+      local.emplace(key, t);
+      return t;
+    };
     while (!pq.empty()) {
-      // Copies, not structured bindings: the lambdas below use them
-      // (C++17 cannot capture a binding).
-      Seconds t = pq.top().first;
-      Split s = pq.top().second;
+      auto [t, k] = pq.top();
       pq.pop();
-      if (t > dist[pack(s)])
+      if (t > dist[k])
         continue;
       int dimsQ = 0;
       for (size_t d = 0; d < r; ++d)
-        dimsQ += s[d];
-      double perDevice = std::ldexp(total, -dimsQ);
+        dimsQ += get(k, d);
       auto faster = [&](size_t slot) {
         int f = 0;
         for (size_t i = slot + 1; i < n; ++i)
-          f += s[i];
+          f += get(k, i);
         return f;
       };
-      int part = s[r];
+      int part = get(k, r);
       if (part > 0) {
         int stride = faster(r);
-        Split a = s;
-        a[r] = 0;
-        a[r + 1] = uint8_t(a[r + 1] + part);
-        relax(a, t + collective(Collective::AllReduce, part, stride,
-                                perDevice));
-        Seconds rs =
-            collective(Collective::ReduceScatter, part, stride, perDevice);
-        for (size_t d = 0; d < r; ++d) {
-          Split b = s;
-          b[r] = 0;
-          b[d] = uint8_t(b[d] + part);
-          relax(b, t + rs);
-        }
+        uint64_t a = add(add(k, r, -part), r + 1, part);
+        relax(a, t + coll(Collective::AllReduce, part, stride, dimsQ));
+        Seconds rs = coll(Collective::ReduceScatter, part, stride, dimsQ);
+        for (size_t d = 0; d < r; ++d)
+          relax(add(add(k, r, -part), d, part), t + rs);
         continue;
       }
+      int reps = get(k, r + 1);
       for (size_t d = 0; d < r; ++d) {
-        for (int q = 1; q <= s[d]; ++q) {
-          Split a = s;
-          a[d] = uint8_t(a[d] - q);
-          a[r + 1] = uint8_t(a[r + 1] + q);
-          relax(a, t + collective(Collective::AllGather, q, faster(d),
-                                  std::ldexp(perDevice, q)));
-        }
-        for (int q = 1; q <= s[r + 1]; ++q) {
-          Split a = s;
-          a[r + 1] = uint8_t(a[r + 1] - q);
-          a[d] = uint8_t(a[d] + q);
-          relax(a, t); // a local slice of a replicated tensor
-        }
+        int sd = get(k, d), fd = faster(d);
+        for (int q = 1; q <= sd; ++q)
+          relax(add(add(k, d, -q), r + 1, q),
+                t + coll(Collective::AllGather, q, fd, dimsQ));
+        for (int q = 1; q <= reps; ++q)
+          relax(add(add(k, r + 1, -q), d, q), t); // a local slice
       }
     }
-    return dist;
+    Paths out(dist.begin(), dist.end());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  /// Every split's re-scheduling time from `from`. Shared by threads and by
+  /// later reschedule() calls: keyed by what the result depends on (rank,
+  /// bytes, source), so tensors of equal shape in different layers share
+  /// one search. The result stays valid (std::map nodes do not move).
+  const Paths &pathsFrom(double total,
+                                               const Split &from) const {
+    static const Paths nothingToMove;
+    if (total <= 0)
+      return nothingToMove;
+    auto key = std::make_tuple(from.size(), total, pack(from));
+    {
+      std::lock_guard<std::mutex> lock(cacheMutex());
+      auto it = m.pathCache_.find(key);
+      if (it != m.pathCache_.end())
+        return it->second;
+    }
+    auto d = paths(from, total);
+    std::lock_guard<std::mutex> lock(cacheMutex());
+    return m.pathCache_.try_emplace(key, std::move(d)).first->second;
+  }
+
+  static Seconds lookup(const Paths &d, const Split &from, const Split &to) {
+    if (from == to)
+      return 0;
+    uint64_t k = pack(to);
+    auto it = std::lower_bound(
+        d.begin(), d.end(), k,
+        [](const std::pair<uint64_t, Seconds> &e, uint64_t x) {
+          return e.first < x;
+        });
+    return it == d.end() || it->first != k ? 0 : it->second;
   }
 
   Seconds reschedule(double total, const Split &from, const Split &to) const {
     if (from == to || total <= 0)
       return 0;
-    // Shared by threads and by later reschedule() calls: keyed by what the
-    // result depends on (rank, bytes, source), so tensors of equal shape
-    // in different layers share one search.
-    auto key = std::make_tuple(from.size(), total, pack(from));
-    {
-      std::lock_guard<std::mutex> lock(cacheMutex());
-      auto it = m.pathCache_.find(key);
-      if (it != m.pathCache_.end()) {
-        auto jt = it->second.find(pack(to));
-        return jt == it->second.end() ? 0 : jt->second;
-      }
-    }
-    auto d = paths(from, total);
-    Seconds t = d.count(pack(to)) ? d[pack(to)] : 0;
-    std::lock_guard<std::mutex> lock(cacheMutex());
-    m.pathCache_.try_emplace(key, std::move(d));
-    return t;
+    return lookup(pathsFrom(total, from), from, to);
   }
 
   std::vector<FtConfig> enumerate(const OpSemantics &sem) const {
@@ -302,6 +364,87 @@ struct FtModelBuilder {
     return g;
   }
 
+  /// A weight more than one op reads (tied embeddings, unrolled RNN steps).
+  bool shared(ValueId w) const {
+    const Value &v = p.graph.value(w);
+    return v.kind == ValueKind::Weight && !v.users.empty() &&
+           v.users.front() != v.users.back();
+  }
+
+  /// The distinct users of shared weight `w` in topological order.
+  std::vector<OpId> usersOf(ValueId w) const {
+    std::vector<OpId> u = p.graph.value(w).users;
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    return u;
+  }
+
+  /// Weight edge `e`: what the simulator does with a shared weight when its
+  /// two users take configs `a` and `b`. Shards (box, device) of equal or
+  /// overlapping boxes join one group that all-reduces its largest shard
+  /// over every holder; charged are device 0's groups beyond what `window`
+  /// (the backward before the earlier user) hides, and device 0's distinct
+  /// shards as weight, gradient and optimizer state.
+  FtEdgeOption weightPair(const FtEdge &ed, size_t a, size_t b, Seconds window,
+                          double share) const {
+    const Graph &g = p.graph;
+    const Value &wv = g.value(ed.value);
+    Bytes eb = dtypeBytes(wv.dtype);
+    struct Shard {
+      Box box;
+      DeviceId device;
+    };
+    std::vector<Shard> shards;
+    for (auto [o, k] : {std::pair<OpId, size_t>{ed.producer, a},
+                        std::pair<OpId, size_t>{ed.consumer, b}}) {
+      const Op &op = g.op(o);
+      OpConfig c = m.opConfig(o, k);
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        if (op.inputs[i] != ed.value)
+          continue;
+        for (int64_t t = 0; t < c.numTiles(); ++t) {
+          Box bx = op.sem.inputRegion(int(i), c.tile(op.sem, t));
+          for (int32_t r = 0; r < c.replicas; ++r)
+            shards.push_back({bx, c.device(t, r)});
+        }
+      }
+    }
+    std::vector<size_t> parent(shards.size());
+    for (size_t i = 0; i < parent.size(); ++i)
+      parent[i] = i;
+    std::function<size_t(size_t)> find = [&](size_t i) {
+      return parent[i] == i ? i : parent[i] = find(parent[i]);
+    };
+    for (size_t i = 0; i < shards.size(); ++i)
+      for (size_t j = i + 1; j < shards.size(); ++j)
+        if (find(i) != find(j) &&
+            (shards[i].box == shards[j].box ||
+             !shards[i].box.intersect(shards[j].box).empty()))
+          parent[find(i)] = find(j);
+    std::map<size_t, std::pair<std::vector<DeviceId>, Bytes>> groups;
+    std::vector<Box> mine;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      auto &gr = groups[find(i)];
+      gr.first.push_back(shards[i].device);
+      gr.second = std::max(gr.second, shards[i].box.volume() * eb);
+      if (shards[i].device == 0 &&
+          std::find(mine.begin(), mine.end(), shards[i].box) == mine.end())
+        mine.push_back(shards[i].box);
+    }
+    Seconds sync = 0;
+    for (auto &gr : groups) {
+      std::vector<DeviceId> &devs = gr.second.first;
+      std::sort(devs.begin(), devs.end());
+      devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+      if (devs.size() > 1 && devs.front() == 0)
+        sync += collectiveOn(Collective::AllReduce, devs,
+                                   gr.second.second);
+    }
+    double mem = 0;
+    for (const Box &bx : mine)
+      mem += double(bx.volume() * eb) * (2 + optimizerStateFactor(p.optimizer));
+    return {share * std::max(0.0, sync - window), share * mem};
+  }
+
   std::vector<std::vector<Seconds>> bwd, wsync;
   llvm::Error opCosts(OpId o) {
     const Graph &g = p.graph;
@@ -325,12 +468,20 @@ struct FtModelBuilder {
       for (int wi : sem.weightInputs) {
         if (!sem.inputs[wi].present || op.input(size_t(wi)) == kNoValue)
           continue;
+        if (shared(op.inputs[size_t(wi)])) {
+          // Its all-reduce and memory are on the weight edges.
+          m.memory_[o][k] -=
+              double(sem.inputRegion(wi, tile).volume() *
+                     dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype)) *
+              (2 + optimizerStateFactor(p.optimizer));
+          continue;
+        }
         std::vector<bool> loops(c.degree.size());
         for (size_t l = 0; l < loops.size(); ++l)
           loops[l] = !indexes(sem.inputs[wi], int(l));
         std::vector<DeviceId> grp = groupOf(c, loops, true);
         if (grp.size() > 1)
-          wsync[o][k] += p.collectives.time(
+          wsync[o][k] += collectiveOn(
               Collective::AllReduce, grp,
               sem.inputRegion(wi, tile).volume() *
                   dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype));
@@ -348,7 +499,7 @@ struct FtModelBuilder {
           if (c.degree[size_t(l)] > 1)
             red[size_t(l)] = any = true;
         if (any && g.value(v).users.empty())
-          sync += p.collectives.time(Collective::AllReduce,
+          sync += collectiveOn(Collective::AllReduce,
                                      groupOf(c, red, false), outBytes);
         // Split statistics (Softmax's axis, LayerNorm's hidden axis): an
         // all-reduce of one value per row, forward and backward.
@@ -358,7 +509,7 @@ struct FtModelBuilder {
           std::vector<bool> one(c.degree.size(), false);
           one[l] = true;
           int64_t ext = std::max<int64_t>(1, tile.hi[l] - tile.lo[l]);
-          sync += 2 * p.collectives.time(Collective::AllReduce,
+          sync += 2 * collectiveOn(Collective::AllReduce,
                                          groupOf(c, one, false),
                                          std::max<Bytes>(4, outBytes / ext));
         }
@@ -426,10 +577,18 @@ struct FtModelBuilder {
     }
     auto &tab = m.edgeOpts_[e];
     tab.assign(ca.size() * cb.size(), {});
+    // The shortest paths from each source split, looked up once.
+    std::vector<const Paths *> fromA, fromB, fromBg;
+    for (const Split &s : A)
+      fromA.push_back(&pathsFrom(total, s));
+    for (size_t b = 0; b < cb.size(); ++b) {
+      fromBg.push_back(grad ? &pathsFrom(total, Bg[b]) : nullptr);
+      fromB.push_back(canReuse ? &pathsFrom(total, B[b]) : nullptr);
+    }
     for (size_t a = 0; a < ca.size(); ++a)
       for (size_t b = 0; b < cb.size(); ++b) {
-        Seconds fwd = reschedule(total, A[a], B[b]);
-        Seconds bwd = grad ? reschedule(total, Bg[b], Ag[a]) : 0;
+        Seconds fwd = lookup(*fromA[a], A[a], B[b]);
+        Seconds bwd = grad ? lookup(*fromBg[b], Bg[b], Ag[a]) : 0;
         auto &opts = tab[a * cb.size() + b];
         opts.push_back({fwd + bwd, 0});
         if (canReuse && fwd > 0) {
@@ -437,8 +596,8 @@ struct FtModelBuilder {
           // its backward pass instead of saving its own.
           opts.push_back({fwd + bwd + fwd, -consSaved[b]});
           // Keep the copy after: the producer gets its copy back.
-          opts.push_back(
-              {fwd + bwd + reschedule(total, B[b], Asaved[a]), -prodSaved[a]});
+          opts.push_back({fwd + bwd + lookup(*fromB[b], B[b], Asaved[a]),
+                          -prodSaved[a]});
         }
       }
   }
@@ -462,7 +621,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.devices_ = n;
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
-  FtModelBuilder b{p, m, log2Of(int64_t(n)), {}, {}};
+  FtModelBuilder b(p, m, log2Of(int64_t(n)));
   const Graph &g = p.graph;
   for (const Op &op : g.ops()) {
     m.configs_.push_back(b.enumerate(op.sem));
@@ -483,7 +642,9 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   // A weight gradient's all-reduce overlaps the backward pass of the ops
   // before it: only what the least such backward cannot hide is exposed.
   Seconds window = 0;
+  std::vector<Seconds> windowBefore(g.numOps());
   for (const Op &op : g.ops()) {
+    windowBefore[op.id] = window;
     Seconds least = std::numeric_limits<double>::infinity();
     for (size_t k = 0; k < m.configs_[op.id].size(); ++k) {
       m.sync_[op.id][k] += std::max(0.0, b.wsync[op.id][k] - window);
@@ -501,10 +662,44 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
         continue;
       m.edges_.push_back({val.producer, val.producerOutput, op.id, int(i), v});
     }
+  // A shared weight joins its consecutive users by weight edges; with more
+  // than two users each of the k-1 edges carries 1/(k-1) of its pair's cost
+  // (exact for two users, and when all users split the weight alike).
+  size_t activationEdges = m.edges_.size();
+  std::vector<double> shareOf;
+  for (const Value &v : g.values()) {
+    if (!b.shared(v.id))
+      continue;
+    std::vector<OpId> users = b.usersOf(v.id);
+    for (size_t u = 0; u + 1 < users.size(); ++u) {
+      const Op &later = g.op(users[u + 1]);
+      int in = 0;
+      while (later.inputs[size_t(in)] != v.id)
+        ++in;
+      m.edges_.push_back({users[u], -1, users[u + 1], in, v.id, true});
+      shareOf.push_back(1.0 / double(users.size() - 1));
+    }
+  }
   m.edgeOpts_.resize(m.edges_.size());
   ThreadPool pool(o.threads);
-  pool.parallelFor(m.edges_.size(),
-                   [&](size_t e) { b.edgeCosts(e, o.tensorReuse); });
+  pool.parallelFor(m.edges_.size(), [&](size_t e) {
+    if (e < activationEdges) {
+      b.edgeCosts(e, o.tensorReuse);
+      return;
+    }
+    const FtEdge &ed = m.edges_[e];
+    size_t ka = m.configs_[ed.producer].size(),
+           kb = m.configs_[ed.consumer].size();
+    // The all-reduce waits for the earliest user's backward, the last to
+    // run: only the backward of the ops before the first user hides it.
+    Seconds win = windowBefore[b.usersOf(ed.value).front()];
+    auto &tab = m.edgeOpts_[e];
+    tab.assign(ka * kb, {});
+    for (size_t x = 0; x < ka; ++x)
+      for (size_t y = 0; y < kb; ++y)
+        tab[x * kb + y].push_back(
+            b.weightPair(ed, x, y, win, shareOf[e - activationEdges]));
+  });
   return llvm::Expected<FtModel>(std::move(m));
 }
 
@@ -514,8 +709,8 @@ Seconds FtModel::reschedule(const std::vector<int64_t> &shape, Bytes elemBytes,
   double total = double(elemBytes);
   for (int64_t d : shape)
     total *= double(d);
-  FtModelBuilder b{*problem_, const_cast<FtModel &>(*this),
-                   log2Of(int64_t(devices_)), {}, {}};
+  FtModelBuilder b(*problem_, const_cast<FtModel &>(*this),
+                   log2Of(int64_t(devices_)));
   return b.reschedule(total, from, to);
 }
 

@@ -43,7 +43,8 @@ struct FrontierCandidate {
 /// parallel as long as their order is fixed. With `resolution` > 0 a tuple
 /// is kept only when it is faster by more than that fraction (an
 /// epsilon-frontier: each dropped tuple is within the fraction of a kept
-/// one that needs no more memory).
+/// one that needs no more memory); the fastest tuple is always kept, so
+/// the min-time point stays exact through every product and union.
 std::vector<FrontierCandidate>
 reduceCandidates(std::vector<FrontierCandidate> c, double resolution = 0);
 

@@ -59,13 +59,18 @@ struct FtConfig {
   int32_t replicas = 1;
 };
 
-/// One producer-output -> consumer-input use of an activation.
+/// One producer-output -> consumer-input use of an activation, or (with
+/// `weight`) two consecutive users of one weight: the simulator all-reduces
+/// the gradients of a shared weight's overlapping shards once over every
+/// holder, so its cost depends on both users' configurations. `producer` is
+/// then the earlier user, `output` -1, and `input` the later user's operand.
 struct FtEdge {
   OpId producer;
   int output;
   OpId consumer;
   int input;
   ValueId value;
+  bool weight = false;
 };
 
 /// An edge option: re-scheduling time (forward and backward), memory delta
@@ -89,14 +94,15 @@ public:
   /// synchronisation (weight-gradient, statistics and partial-sum
   /// all-reduces, re-scheduling of graph inputs loaded data-parallel), and
   /// memory per device (weights, gradients, optimizer state, saved
-  /// activations).
+  /// activations). A weight with several users is left to weight edges.
   Seconds computeTime(OpId o, size_t k) const { return compute_[o][k]; }
   Seconds syncTime(OpId o, size_t k) const { return sync_[o][k]; }
   double memory(OpId o, size_t k) const { return memory_[o][k]; }
   const std::vector<FtEdge> &edges() const { return edges_; }
   /// Eq. 2 options of edge `e` for producer config `a`, consumer config `b`:
   /// option 0 keeps both copies; with tensor reuse 1 keeps the copy before
-  /// re-scheduling, 2 the copy after.
+  /// re-scheduling, 2 the copy after. A weight edge has one option: the
+  /// shared weight's exposed gradient all-reduce and its memory per device.
   const std::vector<FtEdgeOption> &edgeOptions(size_t e, size_t a,
                                                size_t b) const {
     return edgeOpts_[e][a * configs_[edges_[e].consumer].size() + b];
@@ -123,7 +129,7 @@ private:
   std::vector<std::vector<std::vector<FtEdgeOption>>> edgeOpts_;
   /// Shortest paths per (rank, bytes, source split): target -> time.
   mutable std::map<std::tuple<size_t, double, uint64_t>,
-                   std::map<uint64_t, Seconds>>
+                   std::vector<std::pair<uint64_t, Seconds>>>
       pathCache_;
 };
 

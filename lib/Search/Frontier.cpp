@@ -68,6 +68,129 @@ void appendProduct(std::vector<FrontierCandidate> &out, const Frontier &a,
       }
 }
 
+std::vector<FrontierCandidate>
+reduceProducts(const std::vector<ProductSpec> &products, double resolution) {
+  static const Frontier unit{FrontierPoint{}};
+  // A run: product `s` with two factors fixed and the largest one (`vary`)
+  // walking its points in memory order.
+  struct Run {
+    const Frontier *f[3];
+    uint32_t s;
+    uint32_t idx[3];
+    int vary;
+  };
+  struct Head {
+    double memory, time;
+    uint32_t s, x, y, z; ///< the position appendProduct would give it
+    uint32_t run;
+  };
+  auto later = [](const Head &p, const Head &q) {
+    if (p.memory != q.memory)
+      return p.memory > q.memory;
+    if (p.time != q.time)
+      return p.time > q.time;
+    if (p.s != q.s)
+      return p.s > q.s;
+    if (p.x != q.x)
+      return p.x > q.x;
+    if (p.y != q.y)
+      return p.y > q.y;
+    return p.z > q.z;
+  };
+  std::vector<Run> runs;
+  for (size_t s = 0; s < products.size(); ++s) {
+    const Frontier *f[3] = {products[s].a, products[s].b,
+                            products[s].c ? products[s].c : &unit};
+    if (f[0]->empty() || f[1]->empty() || f[2]->empty())
+      continue;
+    int vary = 0;
+    for (int i = 1; i < 3; ++i)
+      if (f[i]->size() > f[vary]->size())
+        vary = i;
+    int o1 = vary == 0 ? 1 : 0, o2 = vary == 2 ? 1 : 2;
+    for (uint32_t i = 0; i < f[o1]->size(); ++i)
+      for (uint32_t j = 0; j < f[o2]->size(); ++j) {
+        Run r{{f[0], f[1], f[2]}, uint32_t(s), {0, 0, 0}, vary};
+        r.idx[o1] = i;
+        r.idx[o2] = j;
+        runs.push_back(r);
+      }
+  }
+  auto cost = [&](const Run &r, uint32_t v, double &memory, double &time) {
+    uint32_t id[3] = {r.idx[0], r.idx[1], r.idx[2]};
+    id[r.vary] = v;
+    const FrontierPoint &x = (*r.f[0])[id[0]], &y = (*r.f[1])[id[1]],
+                        &z = (*r.f[2])[id[2]];
+    time = x.time + y.time + z.time;
+    memory = x.memory + y.memory + z.memory;
+  };
+  std::vector<Head> heap;
+  double exact = std::numeric_limits<double>::infinity();
+  // The run's first point at or after `v` not dominated by `exact` (times
+  // fall along a run, so the dominated ones form a prefix).
+  auto push = [&](uint32_t ri, uint32_t v) {
+    const Run &r = runs[ri];
+    uint32_t n = uint32_t(r.f[r.vary]->size());
+    double m, t;
+    if (v < n) {
+      cost(r, v, m, t);
+      if (t >= exact) {
+        uint32_t lo = v + 1, hi = n;
+        while (lo < hi) {
+          uint32_t mid = lo + (hi - lo) / 2;
+          cost(r, mid, m, t);
+          if (t >= exact)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        v = lo;
+      }
+    }
+    if (v >= n)
+      return;
+    cost(r, v, m, t);
+    uint32_t id[3] = {r.idx[0], r.idx[1], r.idx[2]};
+    id[r.vary] = v;
+    heap.push_back({m, t, r.s, id[0], id[1], id[2], ri});
+    std::push_heap(heap.begin(), heap.end(), later);
+  };
+  for (uint32_t ri = 0; ri < runs.size(); ++ri)
+    push(ri, 0);
+  std::vector<FrontierCandidate> out;
+  double v = std::numeric_limits<double>::infinity();
+  double keep = 1 - resolution;
+  FrontierCandidate fastest;
+  bool fastestKept = true;
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    Head h = heap.back();
+    heap.pop_back();
+    const Run &r = runs[h.run];
+    if (h.time < exact) {
+      exact = h.time;
+      FrontierCandidate k;
+      k.time = h.time;
+      k.memory = h.memory;
+      k.parts[0] = (*r.f[0])[h.x].trace;
+      k.parts[1] = (*r.f[1])[h.y].trace;
+      k.parts[2] = (*r.f[2])[h.z].trace;
+      fastest = k;
+      fastestKept = false;
+      if (h.time < v * keep || out.empty()) {
+        out.push_back(k);
+        v = h.time;
+        fastestKept = true;
+      }
+    }
+    uint32_t id[3] = {h.x, h.y, h.z};
+    push(h.run, id[r.vary] + 1);
+  }
+  if (!fastestKept)
+    out.push_back(fastest);
+  return out;
+}
+
 TraceId TraceArena::leaf(TraceLeaf kind, int32_t id, int32_t choice) {
   entries_.push_back({{kNoTrace, kNoTrace, kNoTrace}, kind, id, choice});
   return TraceId(entries_.size() - 1);

@@ -43,6 +43,7 @@ Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a) {
 namespace {
 
 using Cands = std::vector<FrontierCandidate>;
+using Products = std::vector<ProductSpec>;
 
 class Tracker {
 public:
@@ -71,7 +72,7 @@ private:
   }
   /// Slots filled in parallel, reduced, then materialised in index order.
   std::vector<Frontier> compute(size_t n,
-                                const std::function<void(size_t, Cands &)> &gen);
+                                const std::function<void(size_t, Products &)> &gen);
   void note(const std::vector<Frontier> &fs) {
     for (const Frontier &f : fs)
       stats_.maxFrontier = std::max(stats_.maxFrontier, f.size());
@@ -113,12 +114,13 @@ private:
 };
 
 std::vector<Frontier>
-Tracker::compute(size_t n, const std::function<void(size_t, Cands &)> &gen) {
+Tracker::compute(size_t n,
+                 const std::function<void(size_t, Products &)> &gen) {
   std::vector<Cands> slots(n);
   pool_.parallelFor(n, [&](size_t i) {
-    Cands c;
+    Products c;
     gen(i, c);
-    slots[i] = reduceCandidates(std::move(c), o_.resolution);
+    slots[i] = reduceProducts(c, o_.resolution);
   });
   std::vector<Frontier> out(n);
   for (size_t i = 0; i < n; ++i)
@@ -148,8 +150,8 @@ void Tracker::addEdge(int a, int b, std::vector<Frontier> f) {
   // Edge elimination (Eq. 5): the product of the parallel edges.
   Edge &old = edges_[it->second];
   std::vector<Frontier> merged =
-      compute(f.size(), [&](size_t i, Cands &c) {
-        appendProduct(c, old.f[i], f[i]);
+      compute(f.size(), [&](size_t i, Products &c) {
+        c.push_back({&old.f[i], &f[i], nullptr});
       });
   old.f = std::move(merged);
   ++stats_.edgeEliminations;
@@ -169,9 +171,9 @@ void Tracker::eliminateLeaf(int i) {
   Node &ni = nodes_[size_t(i)];
   int h = ni.adj.begin()->first; // no bindings: the lambda captures them
   size_t e = ni.adj.begin()->second;
-  std::vector<Frontier> nf = compute(K(h), [&](size_t kh, Cands &c) {
+  std::vector<Frontier> nf = compute(K(h), [&](size_t kh, Products &c) {
     for (size_t ki = 0; ki < K(i); ++ki)
-      appendProduct(c, nodes_[size_t(h)].f[kh], ni.f[ki], &edgeF(e, i, ki, kh));
+      c.push_back({&nodes_[size_t(h)].f[kh], &ni.f[ki], &edgeF(e, i, ki, kh)});
   });
   nodes_[size_t(h)].f = std::move(nf);
   removeEdge(e);
@@ -189,10 +191,10 @@ void Tracker::eliminateNode(int i) {
   int j = it->first;
   auto ej = it->second;
   size_t kh = K(h), kj = K(j);
-  std::vector<Frontier> f = compute(kh * kj, [&](size_t x, Cands &c) {
+  std::vector<Frontier> f = compute(kh * kj, [&](size_t x, Products &c) {
     size_t a = x / kj, b = x % kj;
     for (size_t ki = 0; ki < K(i); ++ki)
-      appendProduct(c, edgeF(eh, h, a, ki), ni.f[ki], &edgeF(ej, i, ki, b));
+      c.push_back({&edgeF(eh, h, a, ki), &ni.f[ki], &edgeF(ej, i, ki, b)});
   });
   removeEdge(eh);
   removeEdge(ej);
@@ -206,10 +208,10 @@ void Tracker::eliminateNode(int i) {
 void Tracker::mergeBranch(int i, int h) {
   size_t kh = K(h), ki = K(i);
   size_t eih = nodes_[size_t(i)].adj.at(h);
-  std::vector<Frontier> nf = compute(kh * ki, [&](size_t x, Cands &c) {
+  std::vector<Frontier> nf = compute(kh * ki, [&](size_t x, Products &c) {
     size_t a = x / ki, b = x % ki;
-    appendProduct(c, nodes_[size_t(h)].f[a], nodes_[size_t(i)].f[b],
-                  &edgeF(eih, h, a, b));
+    c.push_back({&nodes_[size_t(h)].f[a], &nodes_[size_t(i)].f[b],
+                 &edgeF(eih, h, a, b)});
   });
   removeEdge(eih);
   // Re-key h's and i's other edges by the joint configuration.
@@ -255,8 +257,8 @@ void Tracker::eliminateHeuristic(int i) {
   for (const auto &je : adj) {
     int j = je.first; // no bindings: the lambda captures them
     size_t e = je.second;
-    std::vector<Frontier> nf = compute(K(j), [&](size_t kj, Cands &cc) {
-      appendProduct(cc, nodes_[size_t(j)].f[kj], edgeF(e, i, best, kj));
+    std::vector<Frontier> nf = compute(K(j), [&](size_t kj, Products &cc) {
+      cc.push_back({&nodes_[size_t(j)].f[kj], &edgeF(e, i, best, kj), nullptr});
     });
     nodes_[size_t(j)].f = std::move(nf);
     removeEdge(e);
@@ -296,10 +298,10 @@ Frontier Tracker::linearDp(const std::vector<int> &chain) {
     auto it = nodes_[size_t(cur)].adj.find(prev);
     const Node &nc = nodes_[size_t(cur)];
     static const Frontier unit{FrontierPoint{}};
-    cf = compute(K(cur), [&](size_t p, Cands &c) {
+    cf = compute(K(cur), [&](size_t p, Products &c) {
       for (size_t k = 0; k < cf.size(); ++k)
-        appendProduct(c, it == nc.adj.end() ? unit : edgeF(it->second, prev, k, p),
-                      cf[k], &nc.f[p]);
+        c.push_back({it == nc.adj.end() ? &unit : &edgeF(it->second, prev, k, p),
+                     &cf[k], &nc.f[p]});
     });
   }
   Cands c;

@@ -53,6 +53,20 @@ reduceCandidates(std::vector<FrontierCandidate> c, double resolution = 0);
 void appendProduct(std::vector<FrontierCandidate> &out, const Frontier &a,
                    const Frontier &b, const Frontier *c = nullptr);
 
+/// A product of up to three frontiers (costs added; `c` null is the unit).
+struct ProductSpec {
+  const Frontier *a = nullptr, *b = nullptr, *c = nullptr;
+};
+
+/// reduceCandidates over the union of the products, in the same order
+/// (the products in turn, each as appendProduct lays it out), without
+/// listing them: each product is merged as sorted runs along its largest
+/// factor, and a run skips ahead past the tuples the frontier so far
+/// already dominates. The result equals
+/// reduceCandidates(appendProduct of each, resolution).
+std::vector<FrontierCandidate>
+reduceProducts(const std::vector<ProductSpec> &products, double resolution = 0);
+
 /// Which decision a trace leaf records.
 enum class TraceLeaf : uint8_t { Join, OpConfig, EdgeReuse };
 

@@ -8,6 +8,7 @@
 #include "../TestInputs.h"
 #include "soap/Search/FrontierTracking.h"
 #include <catch2/catch.hpp>
+#include <random>
 
 using namespace soap;
 using namespace soap::test;
@@ -344,4 +345,46 @@ TEST_CASE("A shared weight is held and all-reduced once", "[ft]") {
   CHECK(near(cu.memory - ct.memory, 1024 * 1024 * 4 * 2));
   CHECK(ct.network < cu.network);
   CHECK(near(ct.compute, cu.compute));
+}
+
+TEST_CASE("Merged products reduce like listed ones", "[ft]") {
+  // Random frontiers (with ties: coarse values) multiplied three at a time;
+  // reduceProducts must give what listing every product gives, point for
+  // point and trace for trace, at any resolution.
+  std::mt19937 rng(7);
+  auto frontier = [&](size_t n, TraceId base) {
+    std::vector<FrontierCandidate> c(n);
+    for (size_t i = 0; i < n; ++i) {
+      c[i].memory = double(rng() % 16);
+      c[i].time = double(rng() % 16) / 4;
+      c[i].parts[0] = base + TraceId(i);
+    }
+    Frontier f;
+    for (const FrontierCandidate &k : reduceCandidates(c))
+      f.push_back({k.time, k.memory, k.parts[0]});
+    return f;
+  };
+  for (int round = 0; round < 200; ++round) {
+    std::vector<Frontier> fs;
+    for (int i = 0; i < 9; ++i)
+      fs.push_back(frontier(1 + rng() % 12, TraceId(100 * i)));
+    std::vector<ProductSpec> specs;
+    std::vector<FrontierCandidate> listed;
+    for (int s = 0; s < 3; ++s) {
+      const Frontier *c = rng() % 3 ? &fs[size_t(3 * s + 2)] : nullptr;
+      specs.push_back({&fs[size_t(3 * s)], &fs[size_t(3 * s + 1)], c});
+      appendProduct(listed, fs[size_t(3 * s)], fs[size_t(3 * s + 1)], c);
+    }
+    for (double res : {0.0, 0.05, 0.3}) {
+      auto want = reduceCandidates(listed, res);
+      auto got = reduceProducts(specs, res);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        CHECK(got[i].time == want[i].time);
+        CHECK(got[i].memory == want[i].memory);
+        for (int j = 0; j < 3; ++j)
+          CHECK(got[i].parts[j] == want[i].parts[j]);
+      }
+    }
+  }
 }

@@ -636,9 +636,21 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
     b.bwd[op.id].assign(m.configs_[op.id].size(), 0);
     b.wsync[op.id].assign(m.configs_[op.id].size(), 0);
   }
-  for (const Op &op : g.ops())
-    if (auto err = b.opCosts(op.id))
-      return llvm::Error(std::move(err));
+  // Ops in parallel, each writing its own slots. An op that fails (a
+  // strict cost model without its kernel) is run again alone, the first in
+  // op order, for its error.
+  ThreadPool pool(o.threads);
+  std::vector<uint8_t> failed(g.numOps(), 0);
+  pool.parallelFor(g.numOps(), [&](size_t i) {
+    if (auto err = b.opCosts(OpId(i))) {
+      llvm::consumeError(std::move(err));
+      failed[i] = 1;
+    }
+  });
+  for (size_t i = 0; i < g.numOps(); ++i)
+    if (failed[i])
+      if (auto err = b.opCosts(OpId(i)))
+        return llvm::Error(std::move(err));
   // A weight gradient's all-reduce overlaps the backward pass of the ops
   // before it: only what the least such backward cannot hide is exposed.
   Seconds window = 0;
@@ -681,7 +693,6 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
     }
   }
   m.edgeOpts_.resize(m.edges_.size());
-  ThreadPool pool(o.threads);
   pool.parallelFor(m.edges_.size(), [&](size_t e) {
     if (e < activationEdges) {
       b.edgeCosts(e, o.tensorReuse);

@@ -144,17 +144,38 @@ struct FtModelBuilder {
     auto add = [](uint64_t k, size_t i, int d) {
       return uint64_t(int64_t(k) + (int64_t(d) << (4 * i)));
     };
-    std::unordered_map<uint64_t, Seconds> dist;
-    dist.reserve(256);
+    // Distances in an open-addressing table sized for every split: the
+    // number of ways to spread the start's bits over n slots.
+    int bitsUsed = 0;
+    for (uint8_t b : from)
+      bitsUsed += b;
+    double states = 1;
+    for (int i = 1; i < int(n); ++i)
+      states = states * double(bitsUsed + i) / double(i);
+    size_t cap = 16;
+    while (double(cap) < 2 * states)
+      cap *= 2;
+    constexpr uint64_t kEmpty = ~uint64_t(0);
+    std::vector<uint64_t> keys(cap, kEmpty);
+    std::vector<Seconds> vals(cap, 0);
+    auto slot = [&](uint64_t k) {
+      size_t h = size_t((k * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+      while (keys[h] != kEmpty && keys[h] != k)
+        h = (h + 1) & (cap - 1);
+      return h;
+    };
     using Item = std::pair<Seconds, uint64_t>;
     std::priority_queue<Item, std::vector<Item>, std::greater<Item>> pq;
     uint64_t start = pack(from);
-    dist[start] = 0;
+    size_t h0 = slot(start);
+    keys[h0] = start;
+    vals[h0] = 0;
     pq.push({0, start});
     auto relax = [&](uint64_t k, Seconds t) {
-      auto [it, fresh] = dist.try_emplace(k, t);
-      if (fresh || t < it->second) {
-        it->second = t;
+      size_t h = slot(k);
+      if (keys[h] == kEmpty || t < vals[h]) {
+        keys[h] = k;
+        vals[h] = t;
         pq.push({t, k});
       }
     };
@@ -178,7 +199,7 @@ struct FtModelBuilder {
     while (!pq.empty()) {
       auto [t, k] = pq.top();
       pq.pop();
-      if (t > dist[k])
+      if (t > vals[slot(k)])
         continue;
       int dimsQ = 0;
       for (size_t d = 0; d < r; ++d)
@@ -209,7 +230,10 @@ struct FtModelBuilder {
           relax(add(add(k, r + 1, -q), d, q), t); // a local slice
       }
     }
-    Paths out(dist.begin(), dist.end());
+    Paths out;
+    for (size_t h = 0; h < cap; ++h)
+      if (keys[h] != kEmpty)
+        out.push_back({keys[h], vals[h]});
     std::sort(out.begin(), out.end());
     return out;
   }

@@ -92,6 +92,33 @@ int miniTimePoint(const FtFrontierReport &r) {
   return best;
 }
 
+FtKnee frontierKnee(const FtFrontierReport &r) {
+  FtKnee k;
+  size_t n = r.points.size();
+  if (n < 3)
+    return k;
+  const FtCosts &lo = r.points.front().point.costs,
+                &hi = r.points.back().point.costs;
+  double dm = hi.memory - lo.memory, dt = lo.time - hi.time;
+  if (!(dm > 0) || !(dt > 0))
+    return k;
+  double best = -1;
+  for (size_t i = 1; i + 1 < n; ++i) {
+    const FtCosts &c = r.points[i].point.costs;
+    double below = (lo.time - c.time) / dt - (c.memory - lo.memory) / dm;
+    if (below > best) {
+      best = below;
+      k.index = int(i);
+    }
+  }
+  const FtCosts &c = r.points[size_t(k.index)].point.costs;
+  k.slopeBefore = (lo.time - c.time) / (c.memory - lo.memory);
+  k.slopeAfter = (c.time - hi.time) / (hi.memory - c.memory);
+  k.timeShare = (lo.time - c.time) / dt;
+  k.memoryShare = (c.memory - lo.memory) / dm;
+  return k;
+}
+
 llvm::Expected<std::vector<FtFrontierReport>>
 profileReports(const SearchProblem &p, const FtOptions &o,
                size_t maxSimulated) {
@@ -152,6 +179,14 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
   j["points"] = std::move(pts);
   int mt = miniTimePoint(r);
   j["mini_time"] = mt >= 0 ? Json(mt) : Json(nullptr);
+  FtKnee k = frontierKnee(r);
+  j["turning_point"] =
+      k.index < 0 ? Json(nullptr)
+                  : Json{{"index", k.index},
+                         {"slope_before_s_per_gib", k.slopeBefore * kBytesPerGiB},
+                         {"slope_after_s_per_gib", k.slopeAfter * kBytesPerGiB},
+                         {"time_share", k.timeShare},
+                         {"memory_share", k.memoryShare}};
   return j;
 }
 
@@ -209,6 +244,14 @@ std::string frontierSvg(const FtFrontierReport &r, const Graph &g,
                    "stroke-width=\"2\"/>\n",
                    est);
   s += sim;
+  FtKnee k = frontierKnee(r);
+  if (k.index >= 0) {
+    const FtCosts &c = r.points[size_t(k.index)].point.costs;
+    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"6\" "
+                     "fill=\"none\" stroke=\"black\"/>\n"
+                     "<text x=\"{:.1f}\" y=\"{:.1f}\">turning point</text>\n",
+                     x(c.memory), y(c.time), x(c.memory) + 9, y(c.time) - 9);
+  }
   if (dpTime > 0)
     s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" "
                      "height=\"8\" fill=\"#d62728\"/>\n",

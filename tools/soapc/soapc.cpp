@@ -663,6 +663,16 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
         !p.simulated ? "-" : p.simFits ? "yes" : "no",
         int(i) == chosen ? "  <- chosen" : "");
   }
+  FtKnee k = frontierKnee(r);
+  if (k.index >= 0)
+    llvm::outs() << fmt::format(
+        "turning point: point {} ({}, {:.3f} ms): {:.0f}% of the time gained "
+        "from the least-memory to the fastest point within the first {:.0f}% "
+        "of the memory range; {:.3f} ms per GiB before, {:.3f} after\n",
+        k.index, formatBytes(r.points[size_t(k.index)].point.costs.memory),
+        r.points[size_t(k.index)].point.costs.time * 1e3, k.timeShare * 100,
+        k.memoryShare * 100, k.slopeBefore * kBytesPerGiB * 1e3,
+        k.slopeAfter * kBytesPerGiB * 1e3);
   llvm::outs() << fmt::format(
       "data parallel (simulator): {:.3f} ms, {} per device{}\n",
       dp.iterationTime * 1e3, formatBytes(double(dp.peakMemory)),

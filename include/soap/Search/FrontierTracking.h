@@ -211,6 +211,18 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
 /// ones that fit; an index into `r.points`, or -1.
 int miniTimePoint(const FtFrontierReport &r);
 
+/// The frontier's turning point (TensorOpt Figure 6): the point furthest
+/// below the chord from the least-memory point to the fastest one, both axes
+/// scaled to their ranges, with the slopes of FT's time against memory
+/// before and after it.
+struct FtKnee {
+  int index = -1; ///< -1: fewer than three points
+  double slopeBefore = 0, slopeAfter = 0; ///< seconds per byte
+  double timeShare = 0;   ///< of the time gained, the part before the knee
+  double memoryShare = 0; ///< of the memory range, the part before the knee
+};
+FtKnee frontierKnee(const FtFrontierReport &r);
+
 /// Profile / mini-parallelism: the frontier at 1, 2, 4, ... devices.
 llvm::Expected<std::vector<FtFrontierReport>>
 profileReports(const SearchProblem &p, const FtOptions &o,

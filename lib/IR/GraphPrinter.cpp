@@ -80,7 +80,8 @@ Json graphToJson(const Graph &g, int64_t batch) {
                        {"size", l.size},
                        {"splittable", l.splittable},
                        {"granule", l.granule},
-                       {"stat_reduced", l.statReduced}});
+                       {"stat_reduced", l.statReduced},
+                       {"exchange_steps", l.exchangeSteps}});
     Box full = o.sem.fullTile();
     std::vector<DType> inT, outT;
     for (ValueId v : o.inputs)

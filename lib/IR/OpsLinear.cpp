@@ -294,6 +294,8 @@ llvm::Expected<OpSemantics> buildLstm(const Op &op, const Graph &g) {
     if (b.out(k))
       b.setOutput(k, state(h));
   addLstmCosts(b, loopMaskOf({t, d, n}), gt, h, i, j, X.dtype);
+  // Step t needs all of h_{t-1}: tiles split on h exchange it every step.
+  b.sem.loops[size_t(h)].exchangeSteps = T;
   return b.finish();
 }
 

@@ -538,6 +538,27 @@ struct FtModelBuilder {
                                          std::max<Bytes>(4, outBytes / ext));
         }
       }
+      // A recurrence over a split loop (LSTM hidden units): per step an
+      // all-gather of the state forward and an all-reduce of its gradient
+      // backward, among the tiles that differ only in that loop.
+      for (size_t l = 0; l < sem.loops.size(); ++l) {
+        int64_t steps = sem.loops[l].exchangeSteps;
+        if (steps <= 0 || c.degree[l] <= 1)
+          continue;
+        std::vector<bool> one(c.degree.size(), false);
+        one[l] = true;
+        std::vector<DeviceId> grp = groupOf(c, one, false);
+        int64_t rows = sem.loops[l].size;
+        for (size_t q = 0; q < sem.loops.size(); ++q)
+          if (q != l && sem.loops[q].splittable)
+            rows *= tile.hi[q] - tile.lo[q];
+        Bytes eb = op.outputs.empty() || op.outputs[0] == kNoValue
+                       ? 4
+                       : dtypeBytes(g.value(op.outputs[0]).dtype);
+        sync += double(steps) *
+                (collectiveOn(Collective::AllGather, grp, rows * eb) +
+                 collectiveOn(Collective::AllReduce, grp, rows * eb));
+      }
       // TensorOpt 4.2, data loading: graph inputs arrive split by sample
       // and are re-scheduled to the split this config needs.
       for (size_t i = 0; i < op.inputs.size(); ++i) {

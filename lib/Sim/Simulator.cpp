@@ -313,8 +313,10 @@ SimMetrics Simulator::metrics() const {
       break;
     }
     case TaskKind::Collective: {
-      // A ring all-reduce: each of n devices sends 2 (n - 1) / n of it.
-      m.collectiveBytes += 2 * (Bytes(t.groupSize) - 1) * t.bytes;
+      // A ring all-reduce: each of n devices sends 2 (n - 1) / n of it;
+      // a ring all-gather half that.
+      m.collectiveBytes +=
+          (t.allGather ? 1 : 2) * (Bytes(t.groupSize) - 1) * t.bytes;
       break;
     }
     }

@@ -139,14 +139,16 @@ TaskGraph::ringResources(const std::vector<DeviceId> &g) {
 }
 
 TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
-                             const std::vector<DeviceId> &devs, Bytes bytes) {
+                             const std::vector<DeviceId> &devs, Bytes bytes,
+                             Collective kind, int64_t count) {
   Task t;
   t.kind = TaskKind::Collective;
   t.key = k;
   t.role = role;
   t.op = op;
-  t.bytes = bytes;
-  t.exe = ctx_->collectives.time(Collective::AllReduce, devs, bytes);
+  t.bytes = bytes * count;
+  t.allGather = kind == Collective::AllGather;
+  t.exe = static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
   t.groupSize = static_cast<uint32_t>(devs.size());
   t.resources = ringResources(devs);
   return newTask(std::move(t));
@@ -278,6 +280,52 @@ llvm::Error TaskGraph::buildOp(OpId o) {
           }
       }
     }
+  }
+  // A recurrence over a split loop (an LSTM layer split on its hidden
+  // units): at every step the tiles that share the rows all-gather their
+  // slices of the state, and in backward all-reduce its gradient; the
+  // compute cannot run ahead of it, so the exchange follows the tile.
+  for (size_t l = 0; l < op.sem.loops.size(); ++l) {
+    int64_t steps = op.sem.loops[l].exchangeSteps;
+    if (steps <= 0 || c.degree[l] <= 1)
+      continue;
+    std::vector<bool> free(op.sem.loops.size(), false);
+    free[l] = true;
+    Bytes stateBytes = op.outputs.empty() || op.outputs[0] == kNoValue
+                           ? 4
+                           : dtypeBytes(ctx_->graph.value(op.outputs[0]).dtype);
+    int64_t groups;
+    std::vector<int64_t> g = groupTiles(c, free, groups);
+    std::vector<std::vector<int64_t>> members(groups);
+    for (int64_t k = 0; k < tiles; ++k)
+      members[g[k]].push_back(k);
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        std::vector<DeviceId> devs = devicesOf(c, members[gi]);
+        if (devs.size() < 2)
+          continue;
+        // The state one step needs: the rows of the tile's other loops
+        // (one step of the recurrence loop, no gates) times the whole of l.
+        Box box = c.tile(op.sem, members[gi][0]);
+        int64_t rows = op.sem.loops[l].size;
+        for (size_t m = 0; m < op.sem.loops.size(); ++m)
+          if (m != l && op.sem.loops[m].splittable)
+            rows *= box.hi[m] - box.lo[m];
+        TaskId t = collective(
+            CollectiveRole::Exchange,
+            key(TaskKind::Collective, uo,
+                0x40000000u | (uint32_t(l) << 1) | uint32_t(pass),
+                static_cast<uint64_t>(gi)),
+            o, devs, rows * stateBytes,
+            pass == 0 ? Collective::AllGather : Collective::AllReduce, steps);
+        ot.own.push_back(t);
+        std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
+        for (int64_t k : members[gi])
+          for (int32_t r = 0; r < reps; ++r) {
+            link(ready[k * reps + r], t);
+            ready[k * reps + r] = t;
+          }
+      }
   }
   ot.bwdOut = bwdReady;
   // Partial sums: tiles that differ only in loops missing from an output's

@@ -27,6 +27,12 @@ struct LoopDim {
   /// LayerNorm's hidden axis, BatchNorm's sample and spatial axes): a split
   /// costs an all-reduce of the statistics among the tiles that share them.
   bool statReduced = false;
+  /// A recurrence inside the op reads the whole of this loop's output at
+  /// each of this many steps (an LSTM layer's hidden units, every time
+  /// step): a split costs, per step, an all-gather of the tiles' slices of
+  /// the state in the forward pass and an all-reduce of its gradient in
+  /// the backward pass. 0: no recurrence over this loop.
+  int64_t exchangeSteps = 0;
 };
 
 /// One term of an index map: coeff * i[loop].

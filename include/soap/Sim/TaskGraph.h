@@ -32,7 +32,12 @@ enum class TaskKind : uint8_t {
 llvm::StringRef taskKindName(TaskKind k);
 
 /// What a collective task reduces.
-enum class CollectiveRole : uint8_t { PartialSum, Statistics, WeightGrad };
+enum class CollectiveRole : uint8_t {
+  PartialSum,
+  Statistics,
+  WeightGrad,
+  Exchange ///< a recurrence's state, every step (LoopDim::exchangeSteps)
+};
 
 /// A canonical identity of a task, independent of the order the graph was
 /// built in, so that ties in ready time break the same way in a full and a
@@ -68,6 +73,7 @@ struct Task {
   ValueId weight = -1;  ///< the weight of a WeightGrad collective or update
   CollectiveRole role = CollectiveRole::PartialSum;
   uint32_t groupSize = 0; ///< devices in a collective
+  bool allGather = false; ///< a collective that gathers (else all-reduces)
   int32_t bufferDevice = -1; ///< a forward transfer's receiving device
   bool alive = false;
   // Filled by the simulator.
@@ -153,8 +159,11 @@ private:
   Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
   std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
   const std::vector<uint32_t> &ringResources(const std::vector<DeviceId> &g);
+  /// `count` back-to-back collectives of `bytes` each as one task.
   TaskId collective(CollectiveRole role, TaskKey key, OpId op,
-                    const std::vector<DeviceId> &devs, Bytes bytes);
+                    const std::vector<DeviceId> &devs, Bytes bytes,
+                    Collective kind = Collective::AllReduce,
+                    int64_t count = 1);
   llvm::Expected<KernelTimes> kernelTimes(OpId o, const Box &tile);
 
   const SimContext *ctx_;

@@ -119,3 +119,70 @@ TEST_CASE("SOYBEAN's MLP under data and model parallelism", "[Sim]") {
   CHECK(mp.transferBytes == 2 * 4 * 15 * 14 * (400 * 20 * 4));
   CHECK(mp.collectiveBytes == 0);
 }
+
+TEST_CASE("An LSTM layer split on its hidden units exchanges its state every "
+          "step",
+          "[Sim]") {
+  // T steps of a layer with H hidden units on batch N. Split by sample,
+  // tiles run apart; split on h, step t needs every tile's slice of h_{t-1}:
+  // T all-gathers of [N, H] forward and T all-reduces of its gradient
+  // backward among the tiles.
+  const int64_t T = 8, N = 16, I = 32, H = 64;
+  GraphBuilder b;
+  ValueId x = b.input({T, N, I});
+  b.op("LSTM", {x, b.weight({1, 4 * H, I}), b.weight({1, 4 * H, H})},
+       {{T, 1, N, H}}, {{"hidden_size", H}});
+  requireOk(b.g.computeSemantics());
+  const OpSemantics &sem = b.g.op(0).sem;
+  int h = -1, n = -1;
+  for (size_t l = 0; l < sem.loops.size(); ++l) {
+    if (sem.loops[l].name == "h")
+      h = int(l);
+    if (sem.loops[l].name == "n")
+      n = int(l);
+  }
+  REQUIRE((h >= 0 && n >= 0));
+  CHECK(sem.loops[size_t(h)].exchangeSteps == T);
+  CHECK(sem.loops[size_t(n)].exchangeSteps == 0);
+  Topology topo = exampleTopology("dgx-h100-1");
+  CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
+  CollectiveModel coll(topo);
+  SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
+  auto build = [&](int loop) {
+    OpConfig c = OpConfig::single(sem, 0);
+    c.degree[size_t(loop)] = 4;
+    c.devices = {0, 1, 2, 3};
+    Strategy s;
+    s.configs.push_back(c);
+    auto tg = TaskGraph::build(ctx, s);
+    if (!tg)
+      FAIL(errorMessage(tg.takeError()));
+    return std::move(*tg);
+  };
+  TaskGraph bySample = build(n), byHidden = build(h);
+  auto exchanges = [](const TaskGraph &tg) {
+    std::vector<const Task *> out;
+    for (const Task &t : tg.tasks())
+      if (t.alive && t.kind == TaskKind::Collective &&
+          t.role == CollectiveRole::Exchange)
+        out.push_back(&t);
+    return out;
+  };
+  CHECK(exchanges(bySample).empty());
+  auto ex = exchanges(byHidden);
+  REQUIRE(ex.size() == 2);
+  std::vector<DeviceId> all{0, 1, 2, 3};
+  Bytes state = N * H * 4;
+  CHECK(ex[0]->bytes == T * state);
+  CHECK(ex[1]->bytes == T * state);
+  Seconds gather = double(T) * coll.time(Collective::AllGather, all, state);
+  Seconds reduce = double(T) * coll.time(Collective::AllReduce, all, state);
+  CHECK(((ex[0]->exe == Approx(gather) && ex[1]->exe == Approx(reduce)) ||
+         (ex[0]->exe == Approx(reduce) && ex[1]->exe == Approx(gather))));
+  // The forward exchange runs after the tiles' forward and before anything
+  // that reads the layer's output.
+  Simulator sim(byHidden);
+  sim.simulateFull();
+  for (const Task *t : ex)
+    CHECK(t->end > t->start);
+}

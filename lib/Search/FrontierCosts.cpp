@@ -197,7 +197,9 @@ struct FtModelBuilder {
       return t;
     };
     while (!pq.empty()) {
-      auto [t, k] = pq.top();
+      // Copies, not bindings: the lambdas below capture them (C++17).
+      Seconds t = pq.top().first;
+      uint64_t k = pq.top().second;
       pq.pop();
       if (t > vals[slot(k)])
         continue;

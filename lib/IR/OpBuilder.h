@@ -25,6 +25,8 @@ public:
   size_t numOut() const { return op.outputs.size(); }
   /// Errors unless input i is present.
   llvm::Expected<const Value *> need(size_t i, llvm::StringRef what) const;
+  /// Errors unless output j is present.
+  llvm::Expected<const Value *> needOut(size_t j, llvm::StringRef what) const;
 
   int addLoop(std::string name, DimClass cls, int64_t size,
               bool splittable = true);

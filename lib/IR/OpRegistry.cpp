@@ -61,6 +61,13 @@ llvm::Expected<const Value *> SemBuilder::need(size_t i,
   return inputError("missing required input {} ({})", i, what.str());
 }
 
+llvm::Expected<const Value *> SemBuilder::needOut(size_t j,
+                                                  llvm::StringRef what) const {
+  if (const Value *v = out(j))
+    return v;
+  return inputError("missing required output {} ({})", j, what.str());
+}
+
 int SemBuilder::addLoop(std::string name, DimClass cls, int64_t size,
                         bool splittable) {
   LoopDim l;

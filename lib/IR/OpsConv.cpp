@@ -64,7 +64,10 @@ llvm::Expected<OpSemantics> buildConv(const Op &op, const Graph &g) {
   auto w = b.need(1, "W");
   if (!w)
     return w.takeError();
-  const Value &X = **x, &W = **w, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &X = **x, &W = **w, &Y = **out0;
   size_t rank = X.shape.rank();
   if (rank < 3)
     return inputError("input '{}' has rank {}; Conv needs at least 3",
@@ -155,7 +158,10 @@ llvm::Expected<OpSemantics> buildPool(const Op &op, const Graph &g) {
   auto x = b.need(0, "X");
   if (!x)
     return x.takeError();
-  const Value &X = **x, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &X = **x, &Y = **out0;
   size_t rank = X.shape.rank();
   if (rank < 3 || Y.shape.rank() != rank)
     return inputError("pooling needs matching input and output ranks >= 3");

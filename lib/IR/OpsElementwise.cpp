@@ -59,7 +59,10 @@ const EltSpec *findSpec(llvm::StringRef kind) {
 llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
   SemBuilder b(op, g);
   const EltSpec *spec = findSpec(op.kind);
-  const Value &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &Y = **out0;
   const std::vector<int64_t> &shape = Y.shape.dims;
   int64_t rank = static_cast<int64_t>(shape.size());
   // Expand reads only its data operand; the shape operand was folded away.

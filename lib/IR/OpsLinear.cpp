@@ -31,7 +31,10 @@ llvm::Expected<OpSemantics> buildGemm(const Op &op, const Graph &g) {
   auto bb = b.need(1, "B");
   if (!bb)
     return bb.takeError();
-  const Value &A = **a, &B = **bb, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &A = **a, &B = **bb, &Y = **out0;
   if (A.shape.rank() != 2 || B.shape.rank() != 2 || Y.shape.rank() != 2)
     return inputError("Gemm needs rank-2 operands, got {} and {}",
                       A.shape.str(), B.shape.str());
@@ -72,7 +75,10 @@ llvm::Expected<OpSemantics> buildMatMul(const Op &op, const Graph &g) {
   auto bb = b.need(1, "B");
   if (!bb)
     return bb.takeError();
-  const Value &A = **a, &B = **bb, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &A = **a, &B = **bb, &Y = **out0;
   int64_t ra = A.shape.rank(), rb = B.shape.rank();
   if (ra == 0 || rb == 0)
     return inputError("MatMul operands must have rank >= 1");

@@ -79,7 +79,10 @@ llvm::Expected<OpSemantics> buildLstmCell(const Op &op, const Graph &g) {
 /// [1, S...] at offset i, so a tile reads only the inputs its range covers.
 llvm::Expected<OpSemantics> buildStack(const Op &op, const Graph &g) {
   SemBuilder b(op, g);
-  const Value &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &Y = **out0;
   int64_t k = static_cast<int64_t>(b.numIn());
   if (Y.shape.rank() < 1 || Y.shape[0] != k)
     return inputError("output {} does not stack {} inputs", Y.shape.str(), k);

@@ -16,7 +16,10 @@ llvm::Expected<OpSemantics> buildReshapeLike(const Op &op, const Graph &g) {
   auto x = b.need(0, "data");
   if (!x)
     return x.takeError();
-  const Value &X = **x, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &X = **x, &Y = **out0;
   const std::vector<int64_t> &in = X.shape.dims, &out = Y.shape.dims;
   if (X.shape.numElements() != Y.shape.numElements())
     return inputError("cannot reshape {} to {}", X.shape.str(), Y.shape.str());
@@ -128,7 +131,10 @@ llvm::Expected<OpSemantics> buildTranspose(const Op &op, const Graph &g) {
 
 llvm::Expected<OpSemantics> buildConcat(const Op &op, const Graph &g) {
   SemBuilder b(op, g);
-  const Value &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &Y = **out0;
   int64_t rank = Y.shape.rank();
   auto axis = normAxis(op.getInt("axis", 0), rank, "axis");
   if (!axis)
@@ -206,7 +212,10 @@ llvm::Expected<OpSemantics> buildSlice(const Op &op, const Graph &g) {
   auto x = b.need(0, "data");
   if (!x)
     return x.takeError();
-  const Value &X = **x, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &X = **x, &Y = **out0;
   int64_t rank = X.shape.rank();
   std::vector<int64_t> starts = op.getInts("starts"), steps = op.getInts("steps");
   if (static_cast<int64_t>(starts.size()) != rank ||
@@ -241,7 +250,10 @@ llvm::Expected<OpSemantics> buildPad(const Op &op, const Graph &g) {
   auto x = b.need(0, "data");
   if (!x)
     return x.takeError();
-  const Value &X = **x, &Y = *b.out(0);
+  auto out0 = b.needOut(0, "Y");
+  if (!out0)
+    return out0.takeError();
+  const Value &X = **x, &Y = **out0;
   int64_t rank = X.shape.rank();
   std::string mode = op.getString("mode", "constant");
   if (mode != "constant")

@@ -164,6 +164,15 @@ def main():
         [inp("x", ["N", 3, 8, 8])], [out("y")],
         [stripped("w", [4, 3, 3, 3])]))
 
+    # A Conv whose output name is empty (absent; found by fuzz-onnx: the
+    # semantics builder read the missing output).
+    write("conv_no_output.onnx", model(
+        [helper.make_node("Conv", ["x", "w"], [""], name="conv",
+                          kernel_shape=[3, 3]),
+         helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [inp("x", ["N", 3, 8, 8])], [out("y")],
+        [stripped("w", [4, 3, 3, 3])]))
+
     # ONNX's own (strict) shape inference fails; the loss cannot be appended.
     write("incompatible.onnx", model(
         [helper.make_node("Add", ["x", "z"], ["y"], name="add")],

@@ -4,15 +4,19 @@
 # executions (default 1,000,000), one target at a time in one process, and
 # prints executions, seconds, executions per second and crashes per target;
 # writes the same as JSON. Not run by CI (which fuzzes each target for 60 s).
-#   bench/fuzz.sh [--runs N] [--out FILE] [TARGET...]   (onnx topology profile plan)
+# With --jobs J, J processes share the target's work corpus (as libFuzzer's
+# own -jobs does) and run RUNS/J executions each; the row sums them.
+#   bench/fuzz.sh [--runs N] [--jobs J] [--out FILE] [TARGET...]
+#   (targets: onnx topology profile plan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=1000000 out=bench/results/fuzz.json targets=()
+runs=1000000 jobs=1 out=bench/results/fuzz.json targets=()
 while (($#)); do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -52,17 +56,25 @@ rows=()
 for t in "${targets[@]}"; do
   log="$build/fuzz-bench-$t.log"
   start=$(date +%s.%N)
-  crashes=0
-  test/fuzz/run.sh "$t" "$build" - -runs="$runs" >"$log" 2>&1 || crashes=1
+  crashes=0 pids=()
+  for ((j = 0; j < jobs; j++)); do
+    test/fuzz/run.sh "$t" "$build" - -runs="$((runs / jobs))" >"$log.$j" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || crashes=1; done
   end=$(date +%s.%N)
-  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
-  execs=${execs:-0}
+  cat "$log".* >"$log"
+  execs=0
+  for ((j = 0; j < jobs; j++)); do
+    n=$(awk '/stat::number_of_executed_units/ {print $2}' "$log.$j" | tail -1)
+    execs=$((execs + ${n:-0}))
+  done
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')
   rate=$(awk -v n="$execs" -v s="$secs" 'BEGIN {print n / s}')
   printf '%-9s %12d %9.0f %9.0f %8d\n' "$t" "$execs" "$secs" "$rate" "$crashes"
   ((crashes == 0)) || echo "  fuzz-$t crashed: see $log" >&2
-  rows+=("$(printf '{"target": "%s", "executions": %d, "seconds": %.1f, "exec_per_sec": %.0f, "crashes": %d, "corpus_files": %d}' \
-    "$t" "$execs" "$secs" "$rate" "$crashes" "$(ls "$build/fuzz/$t" | wc -l)")")
+  rows+=("$(printf '{"target": "%s", "executions": %d, "processes": %d, "seconds": %.1f, "exec_per_sec": %.0f, "crashes": %d, "corpus_files": %d}' \
+    "$t" "$execs" "$jobs" "$secs" "$rate" "$crashes" "$(ls "$build/fuzz/$t" | wc -l)")")
   write_json
 done
 echo "wrote $out"

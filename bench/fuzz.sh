@@ -58,7 +58,8 @@ for t in "${targets[@]}"; do
   start=$(date +%s.%N)
   crashes=0 pids=()
   for ((j = 0; j < jobs; j++)); do
-    test/fuzz/run.sh "$t" "$build" - -runs="$((runs / jobs))" >"$log.$j" 2>&1 &
+    SOAP_FUZZ_JOB=$j test/fuzz/run.sh "$t" "$build" - -runs="$((runs / jobs))" \
+      >"$log.$j" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || crashes=1; done

@@ -11,7 +11,8 @@ target="$1" build="$2" seconds="${3:--}"
 shift 3 || shift $#
 bin="$build/bin/fuzz-$target"
 [[ -x "$bin" ]] || { echo "fuzz: $bin is missing (configure with -DSOAP_FUZZ=ON)" >&2; exit 2; }
-work="$build/fuzz/$target" seeds="$build/fuzz/seeds-$target"
+# SOAP_FUZZ_JOB (bench/fuzz.sh --jobs) gives each process its own seeds copy.
+work="$build/fuzz/$target" seeds="$build/fuzz/seeds-$target${SOAP_FUZZ_JOB:+.$SOAP_FUZZ_JOB}"
 mkdir -p "$work"
 rm -rf "$seeds" && mkdir -p "$seeds"
 (cd "$root" && test/fuzz/seeds.sh "$target") | while read -r f; do

@@ -141,8 +141,11 @@ struct FtModelBuilder {
   Paths paths(const Split &from, double total) const {
     size_t n = from.size(), r = n - 2;
     auto get = [](uint64_t k, size_t i) { return int((k >> (4 * i)) & 15); };
+    // Slot i += d (the slot stays within 0..15): unsigned arithmetic, no
+    // shift of a negative value.
     auto add = [](uint64_t k, size_t i, int d) {
-      return uint64_t(int64_t(k) + (int64_t(d) << (4 * i)));
+      uint64_t step = uint64_t(d < 0 ? -d : d) << (4 * i);
+      return d < 0 ? k - step : k + step;
     };
     // Distances in an open-addressing table sized for every split: the
     // number of ways to spread the start's bits over n slots.

@@ -342,14 +342,29 @@ llvm::Error sortGraph(ImportState &s) {
 /// Symbolic (or unset) dims of the graph inputs become the batch.
 llvm::Error fixInputs(ImportState &s) {
   onnx::GraphProto *g = s.model.mutable_graph();
-  for (int i = 0; i < g->initializer_size(); ++i)
-    s.initializers[g->initializer(i).name()] = i;
+  // An element type onnx does not define (0 is UNDEFINED) reaches its shape
+  // inference as a typed input and crashes it (found by fuzz-onnx).
+  auto knownType = [](int32_t t) {
+    return t != onnx::TensorProto::UNDEFINED &&
+           onnx::TensorProto::DataType_IsValid(t);
+  };
+  for (int i = 0; i < g->initializer_size(); ++i) {
+    const onnx::TensorProto &t = g->initializer(i);
+    if (!knownType(t.data_type()))
+      return inputError("{}: tensor '{}' (initializer): element type {} is "
+                        "not an ONNX tensor type",
+                        s.path, t.name(), t.data_type());
+    s.initializers[t.name()] = i;
+  }
   for (onnx::ValueInfoProto &vi : *g->mutable_input()) {
     if (s.initializers.count(vi.name()))
       continue;
     std::string what = fmt::format("tensor '{}' (graph input)", vi.name());
     if (!vi.type().has_tensor_type())
       return inputError("{}: {}: not a tensor", s.path, what);
+    if (!knownType(vi.type().tensor_type().elem_type()))
+      return inputError("{}: {}: element type {} is not an ONNX tensor type",
+                        s.path, what, vi.type().tensor_type().elem_type());
     onnx::TypeProto_Tensor *tt = vi.mutable_type()->mutable_tensor_type();
     if (!tt->has_shape())
       return inputError("{}: {}: the file gives no shape (not even a rank)",

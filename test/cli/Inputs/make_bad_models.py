@@ -173,6 +173,15 @@ def main():
         [inp("x", ["N", 3, 8, 8])], [out("y")],
         [stripped("w", [4, 3, 3, 3])]))
 
+    # An initializer and a graph input of element type 0 (UNDEFINED): onnx
+    # 1.12's shape inference crashed on the former (found by fuzz-onnx).
+    w = stripped("w", [8, 4])
+    w.data_type = TensorProto.UNDEFINED
+    write("initializer_type_undefined.onnx", mlp(w))
+    write("input_type_undefined.onnx", model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [inp("x", ["N", 8], TensorProto.UNDEFINED)], [out("y")]))
+
     # ONNX's own (strict) shape inference fails; the loss cannot be appended.
     write("incompatible.onnx", model(
         [helper.make_node("Add", ["x", "z"], ["y"], name="add")],

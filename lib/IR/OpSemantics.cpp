@@ -3,6 +3,7 @@
 #include "soap/IR/OpSemantics.h"
 
 #include <fmt/format.h>
+#include <map>
 
 namespace soap {
 
@@ -52,6 +53,38 @@ std::string Box::str() const {
   for (size_t d = 0; d < lo.size(); ++d)
     s += fmt::format("{}{}:{}", d ? ", " : "", lo[d], hi[d]);
   return s + "]";
+}
+
+std::vector<size_t> overlapGroups(const std::vector<Box> &boxes) {
+  std::vector<size_t> parent(boxes.size());
+  for (size_t i = 0; i < parent.size(); ++i)
+    parent[i] = i;
+  auto find = [&](size_t i) {
+    while (parent[i] != i)
+      i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  // Equal boxes first (cheap), then overlaps among the distinct ones.
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, size_t>
+      first;
+  std::vector<size_t> reps;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    auto [it, fresh] = first.emplace(std::make_pair(boxes[i].lo, boxes[i].hi), i);
+    if (fresh)
+      reps.push_back(i);
+    else
+      parent[find(i)] = find(it->second);
+  }
+  for (size_t x = 0; x < reps.size(); ++x)
+    for (size_t y = x + 1; y < reps.size(); ++y)
+      if (find(reps[x]) != find(reps[y]) &&
+          !boxes[reps[x]].intersect(boxes[reps[y]]).empty())
+        parent[find(reps[x])] = find(reps[y]);
+  std::vector<size_t> group(boxes.size());
+  std::map<size_t, size_t> number;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    group[i] = number.emplace(find(i), number.size()).first->second;
+  return group;
 }
 
 Box Box::full(const std::vector<int64_t> &dims) {
@@ -188,6 +221,14 @@ Box OpSemantics::inputRegion(int i, const Box &tile) const {
 
 Box OpSemantics::outputRegion(int j, const Box &tile) const {
   return mapRegion(outputs[j], tile);
+}
+
+int64_t OpSemantics::exchangeElements(int l, const Box &tile) const {
+  int64_t n = loops[size_t(l)].size;
+  for (size_t m = 0; m < loops.size(); ++m)
+    if (int(m) != l && loops[m].splittable)
+      n *= tile.hi[m] - tile.lo[m];
+  return n;
 }
 
 std::vector<int> OpSemantics::reducedLoops(int j) const {

@@ -306,11 +306,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
           continue;
         // The state one step needs: the rows of the tile's other loops
         // (one step of the recurrence loop, no gates) times the whole of l.
-        Box box = c.tile(op.sem, members[gi][0]);
-        int64_t rows = op.sem.loops[l].size;
-        for (size_t m = 0; m < op.sem.loops.size(); ++m)
-          if (m != l && op.sem.loops[m].splittable)
-            rows *= box.hi[m] - box.lo[m];
+        int64_t rows =
+            op.sem.exchangeElements(int(l), c.tile(op.sem, members[gi][0]));
         TaskId t = collective(
             CollectiveRole::Exchange,
             key(TaskKind::Collective, uo,
@@ -485,38 +482,23 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       }
     }
   }
-  // Shards that overlap hold copies of the same elements: their gradients
-  // are summed over every device that holds one (union-find on overlap).
-  std::vector<size_t> parent(shards.size());
-  for (size_t i = 0; i < shards.size(); ++i)
-    parent[i] = i;
-  std::function<size_t(size_t)> find = [&](size_t i) {
-    return parent[i] == i ? i : parent[i] = find(parent[i]);
-  };
-  std::map<std::vector<int64_t>, size_t> firstOfBox;
+  // Shards that overlap hold copies of the same elements (two ops splitting
+  // a shared weight differently): their gradients are summed over every
+  // device that holds one.
+  std::vector<Box> boxes;
+  for (const Shard &sh : shards)
+    boxes.push_back(sh.box);
+  std::vector<size_t> groupOf = overlapGroups(boxes);
+  std::vector<std::vector<size_t>> groups;
   for (size_t i = 0; i < shards.size(); ++i) {
-    std::vector<int64_t> b = shards[i].box.lo;
-    b.insert(b.end(), shards[i].box.hi.begin(), shards[i].box.hi.end());
-    auto [it, fresh] = firstOfBox.emplace(b, i);
-    if (!fresh)
-      parent[find(i)] = find(it->second);
+    if (groupOf[i] >= groups.size())
+      groups.resize(groupOf[i] + 1);
+    groups[groupOf[i]].push_back(i);
   }
-  // Distinct boxes that partially overlap (two ops splitting a shared
-  // weight differently) join too.
-  std::vector<size_t> reps;
-  for (const auto &[b, i] : firstOfBox)
-    reps.push_back(i);
-  for (size_t x = 0; x < reps.size(); ++x)
-    for (size_t y = x + 1; y < reps.size(); ++y)
-      if (!shards[reps[x]].box.intersect(shards[reps[y]].box).empty())
-        parent[find(reps[x])] = find(reps[y]);
-  std::map<size_t, std::vector<size_t>> groups;
-  for (size_t i = 0; i < shards.size(); ++i)
-    groups[find(i)].push_back(i);
   uint32_t gi = 0;
   double bw = ctx_->cost.memoryBandwidth();
   int state = optimizerStateFactor(ctx_->optimizer);
-  for (const auto &[root, members] : groups) {
+  for (const std::vector<size_t> &members : groups) {
     std::vector<DeviceId> devs;
     Bytes bytes = 0;
     for (size_t i : members) {

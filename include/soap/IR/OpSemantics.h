@@ -84,6 +84,13 @@ struct Box {
   static Box full(const std::vector<int64_t> &dims);
 };
 
+/// Groups of boxes that hold copies of common elements: equal or
+/// overlapping boxes (transitively) share a group. Returns a group index per
+/// box, numbered in order of first appearance. Shards of a weight in one
+/// group have their gradients summed by one all-reduce (the simulator, and
+/// FT's cost of a shared weight).
+std::vector<size_t> overlapGroups(const std::vector<Box> &boxes);
+
 /// The map of one operand. `shape` is the tensor's shape as addressed here;
 /// `view` is set when the op addresses the tensor through an exact
 /// re-factoring of its dims (LSTM's [D, 4H, I] weights as [D, 4, H, I]), and
@@ -136,6 +143,10 @@ struct OpSemantics {
   /// Loops that do not index output `j`: splitting one makes the output a
   /// partial sum (a Reduction dim, or a loss's sample dim).
   std::vector<int> reducedLoops(int j) const;
+  /// Elements of the state a recurrence over loop `l` (exchangeSteps > 0)
+  /// reads at one step for `tile`: all of `l` times the tile's extent in
+  /// every other splittable loop.
+  int64_t exchangeElements(int l, const Box &tile) const;
 
   double tileFlops(Pass p, const Box &tile) const;
   /// Bytes a tile touches in a pass, from its regions: forward reads inputs

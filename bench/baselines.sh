@@ -10,7 +10,7 @@ soapc=${SOAPC:-build/bin/soapc}
 budget=${1:-300}
 out=bench/results/baselines.csv
 mkdir -p bench/results
-echo "model,topology,searcher,time ms,speedup,peak memory,transfers,all-reduces,proposals,search s" > "$out"
+echo "model,topology,searcher,time ms,speedup,peak memory,transfers,all-reduces,proposals,search s,note" > "$out"
 for topo in p100-4x4 k80-16x4 dgx-h100-2; do
   for model in lenet alexnet vgg16 resnet101 inception_v3 wide_resnet101_2 \
                mlp rnntc rnnlm nmt transformer gpt2; do

@@ -38,11 +38,11 @@ for topo in "$work/p100-1x2.json" examples/topologies/p100-1x4.json; do
            --budget "$budget" --format json -v 2>"$work/ex.log")
     proven=$(grep -c "exhaustive: optimal after" "$work/ex.log" || true)
     space=$(sed -n 's/.*exhaustive: [0-9]* ops, 10^\([0-9.]*\) strategies.*/\1/p' "$work/ex.log")
-    read -r ext exs exn < <($py -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(r["iteration_s"], r["search_s"], r["proposals"])' <<<"$ex")
+    read -r ext exs exn < <($py -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["iteration_s"], r["search_s"], r["proposals"])' <<<"$ex")
     found=none; mt=""; ms=""
     for p in 250 500 1000 2000 4000 8000 16000 32000; do
       m=$("$soapc" compare "$model" "${flags[@]}" --search mcmc --budget $p --format json 2>/dev/null)
-      read -r mt ms < <($py -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(r["iteration_s"], r["search_s"])' <<<"$m")
+      read -r mt ms < <($py -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["iteration_s"], r["search_s"])' <<<"$m")
       if $py -c "import sys; sys.exit(0 if float('$mt') <= float('$ext') * (1 + 1e-9) else 1)"; then
         found=$p; break
       fi

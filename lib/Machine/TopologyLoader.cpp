@@ -98,8 +98,13 @@ void Loader::warnUnknown(const Json &obj, llvm::StringRef ptr,
 llvm::Expected<LinkSpec> Loader::link(const Json &obj, llvm::StringRef ptr,
                                       LinkClass cls, llvm::StringRef bwKey,
                                       llvm::StringRef latKey) const {
-  SOAP_TRY(gbps, r_.positive(obj, ptr, bwKey));
-  SOAP_TRY(us, r_.number(obj, ptr, latKey, 0));
+  // Physical ranges: 1 Mbit/s to 1 Pbit/s (NVLink 4 is 3.6 Tbit/s per GPU;
+  // dgx-h100-128's rack uplinks aggregate 102.4 Tbit/s), 0 to 1 s of
+  // latency. A typo like 1e308 is refused, not simulated.
+  SOAP_TRY(gbps, r_.inRange(obj, ptr, bwKey, 1e-3, 1e6,
+                            "Gbit/s (a link's bandwidth)"));
+  SOAP_TRY(us, r_.inRange(obj, ptr, latKey, 0, 1e6,
+                          "microseconds (a link's latency)"));
   return LinkSpec{gbpsToBytesPerSec(gbps), usToSeconds(us), cls};
 }
 
@@ -400,7 +405,8 @@ llvm::Expected<Topology> Loader::load(const Json &doc) {
                                            device, knownDeviceNames()));
   s.device = *spec;
   if (doc.contains("device_memory_gib")) {
-    SOAP_TRY(gib, r_.positive(doc, "", "device_memory_gib"));
+    SOAP_TRY(gib, r_.inRange(doc, "", "device_memory_gib", 1.0 / 16, 16384,
+                             "GiB (a device's memory)"));
     s.device.memoryBytes = Bytes(gib * kBytesPerGiB);
   }
   SOAP_TRY(nodes, r_.integer(doc, "", "nodes", 1));

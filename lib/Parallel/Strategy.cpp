@@ -4,6 +4,7 @@
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
 #include <set>
 
 namespace soap {
@@ -118,12 +119,16 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
     if (d >= numDevices)
       return inputError("{}: device {} is not in the topology ({} devices)",
                         where.str(), d, numDevices);
-  for (int64_t k = 0; k < c.numTiles(); ++k) {
-    std::set<DeviceId> seen;
-    for (int32_t r = 0; r < c.replicas; ++r)
-      if (!seen.insert(c.device(k, r)).second)
-        return inputError("{}: two replicas of tile {} on device {}",
-                          where.str(), k, c.device(k, r));
+  // Each task of an op on its own device: the space never puts two tiles
+  // (or two replicas of one) on one device, and the executor and the
+  // simulator's memory accounting assume it.
+  std::map<DeviceId, size_t> first;
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    auto [it, fresh] = first.emplace(c.devices[i], i);
+    if (!fresh)
+      return inputError("{}: device {} is listed twice (tasks {} and {}); "
+                        "each task of an op runs on its own device",
+                        where.str(), c.devices[i], it->second, i);
   }
   return llvm::Error::success();
 }

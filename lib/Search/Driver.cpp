@@ -1,10 +1,11 @@
-// Search orchestration and the compare report.
+// Running a named searcher end to end: check, search (within a deadline),
+// verify, simulate for the metrics, compare with data parallelism.
 #include "soap/Search/Driver.h"
 
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Support/Error.h"
-#include "soap/Support/Format.h"
 #include <chrono>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -19,26 +20,83 @@ llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
   return sim.metrics();
 }
 
-llvm::Expected<SearchOutcome> runSearch(const SearchProblem &p,
-                                        llvm::StringRef searcher,
-                                        const SearchOptions &o) {
+llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p) {
+  auto dp = evaluate(p, dataParallel(p.graph, p.topo));
+  if (!dp)
+    return dp.takeError();
+  return dp->second ? dp->first : 0;
+}
+
+/// A searcher that passed its deadline with nothing to show: the fastest of
+/// the baselines that fits (what a budget too small for any search gives).
+static llvm::Expected<std::pair<std::string, Strategy>>
+fastestBaseline(const SearchProblem &p, llvm::StringRef searcher) {
+  std::optional<std::pair<std::string, Strategy>> best;
+  Seconds bestTime = 0;
+  for (const char *name : {"data", "expert", "model"}) {
+    auto s = builtinStrategy(name, p.graph, p.topo);
+    if (!s)
+      return s.takeError();
+    auto e = evaluate(p, *s);
+    if (!e)
+      return e.takeError();
+    if (e->second && (!best || e->first < bestTime)) {
+      best.emplace(name, std::move(*s));
+      bestTime = e->first;
+    }
+  }
+  if (!best)
+    return makeError(ExitCode::Infeasible,
+                     "{}: {} passed its timeout before finding a strategy "
+                     "and no baseline (data, expert, model) fits in device "
+                     "memory",
+                     p.graph.sourcePath, searcher.str());
+  return std::move(*best);
+}
+
+llvm::Expected<SearchOutcome>
+runSearch(const SearchProblem &p, llvm::StringRef searcher,
+          const SearchOptions &options,
+          std::optional<Seconds> dataParallelSeconds) {
   registerAllSearchers();
   const SearcherInfo *info = SearcherRegistry::instance().lookup(searcher);
   if (!info)
     return inputError("unknown searcher '{}'; the searchers are: {}",
                       searcher.str(), SearcherRegistry::instance().names());
-  if (auto err = o.validate())
+  if (auto err = options.validate())
     return llvm::Error(std::move(err));
   SearchOutcome out;
   out.searcher = searcher.str();
   auto t0 = std::chrono::steady_clock::now();
+  SearchOptions o = options;
+  if (o.timeoutSeconds > 0)
+    o.deadline = t0 + std::chrono::duration_cast<
+                          std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(o.timeoutSeconds));
   auto r = info->create()->search(p, o);
+  if (!r) {
+    llvm::Error rest = llvm::handleErrors(
+        r.takeError(), [&](const DeadlineExceeded &) -> llvm::Error {
+          auto b = fastestBaseline(p, searcher);
+          if (!b)
+            return b.takeError();
+          spdlog::warn("{}: timed out after {:g} s with no strategy; "
+                       "returning the fastest baseline that fits ({})",
+                       searcher.str(), o.timeoutSeconds, b->first);
+          out.fallback = b->first;
+          out.result.strategy = std::move(b->second);
+          out.result.timedOut = true;
+          return llvm::Error::success();
+        });
+    if (rest)
+      return llvm::Error(std::move(rest));
+  } else {
+    out.result = std::move(*r);
+  }
+  out.timedOut = out.result.timedOut;
   out.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
-  if (!r)
-    return r.takeError();
-  out.result = std::move(*r);
   // Verify before anything is written.
   if (auto err = verifyStrategy(out.result.strategy, p.graph, p.topo))
     return makeError(ExitCode::Internal, "searcher '{}' returned an invalid "
@@ -48,22 +106,29 @@ llvm::Expected<SearchOutcome> runSearch(const SearchProblem &p,
   if (!m)
     return m.takeError();
   out.metrics = *m;
+  if (!out.fallback.empty())
+    out.result.iterationTime = m->iterationTime;
   if (!out.metrics.fits)
     return makeError(ExitCode::Internal,
                      "searcher '{}' returned a strategy that does not fit in "
                      "memory",
                      searcher.str());
-  auto dp = evaluate(p, dataParallel(p.graph, p.topo));
-  if (!dp)
-    return dp.takeError();
-  out.dataParallelTime = dp->second ? dp->first : 0;
+  if (dataParallelSeconds) {
+    out.dataParallelTime = *dataParallelSeconds;
+  } else {
+    auto dp = dataParallelTime(p);
+    if (!dp)
+      return dp.takeError();
+    out.dataParallelTime = *dp;
+  }
   return out;
 }
 
-llvm::Expected<SearchOutcome> runSearchForCompare(const SearchProblem &p,
-                                                  llvm::StringRef searcher,
-                                                  const SearchOptions &o) {
-  auto out = runSearch(p, searcher, o);
+llvm::Expected<SearchOutcome>
+runSearchForCompare(const SearchProblem &p, llvm::StringRef searcher,
+                    const SearchOptions &o,
+                    std::optional<Seconds> dataParallelSeconds) {
+  auto out = runSearch(p, searcher, o, dataParallelSeconds);
   if (out)
     return out;
   SearchOutcome row;
@@ -78,49 +143,6 @@ llvm::Expected<SearchOutcome> runSearchForCompare(const SearchProblem &p,
   if (rest)
     return llvm::Error(std::move(rest));
   return row;
-}
-
-Json compareReport(const std::vector<SearchOutcome> &rows) {
-  Json arr = Json::array();
-  for (const SearchOutcome &o : rows)
-    if (!o.infeasible.empty())
-      arr.push_back({{"searcher", o.searcher}, {"infeasible", o.infeasible}});
-    else
-      arr.push_back({{"searcher", o.searcher},
-                   {"iteration_s", o.metrics.iterationTime},
-                   {"speedup_over_data", o.speedup()},
-                   {"peak_memory_bytes", o.metrics.peakMemory},
-                   {"transfer_bytes", o.metrics.transferBytes},
-                   {"collective_bytes", o.metrics.collectiveBytes},
-                   {"proposals", o.result.proposals},
-                   {"search_s", o.searchSeconds}});
-  return {{"rows", arr}};
-}
-
-void printCompareTable(const Json &report, llvm::raw_ostream &os, bool csv) {
-  Table t({"searcher", "time ms", "speedup", "peak memory", "transfers",
-           "all-reduces", "proposals", "search s"},
-          {false, true, true, true, true, true, true, true});
-  for (const Json &r : report["rows"]) {
-    if (r.contains("infeasible")) {
-      t.addRow({r["searcher"].get<std::string>(), "does not fit", "", "", "",
-                "", "", ""});
-      continue;
-    }
-    double sp = r["speedup_over_data"].get<double>();
-    t.addRow({r["searcher"].get<std::string>(),
-              fmt::format("{:.3f}", r["iteration_s"].get<double>() * 1e3),
-              sp > 0 ? fmt::format("{:.2f}x", sp) : "n/a",
-              formatBytes(r["peak_memory_bytes"].get<double>()),
-              formatBytes(r["transfer_bytes"].get<double>()),
-              formatBytes(r["collective_bytes"].get<double>()),
-              withCommas(r["proposals"].get<int64_t>()),
-              fmt::format("{:.2f}", r["search_s"].get<double>())});
-  }
-  if (csv)
-    t.printCsv(os);
-  else
-    t.print(os);
 }
 
 } // namespace soap

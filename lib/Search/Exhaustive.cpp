@@ -165,6 +165,8 @@ public:
     if (auto err = dfs(0, 0))
       return llvm::Error(std::move(err));
     best_.proposals = leaves_;
+    if (!std::isfinite(best_.iterationTime) && best_.timedOut)
+      return llvm::make_error<DeadlineExceeded>("exhaustive");
     if (!std::isfinite(best_.iterationTime))
       return makeError(ExitCode::Infeasible,
                        "{}: exhaustive search found no strategy that fits in "
@@ -190,6 +192,10 @@ private:
                                       start_)
                 .count() > o_->budget.seconds)
       return true;
+    if (o_->pastDeadline()) {
+      best_.timedOut = true;
+      return true;
+    }
     return false;
   }
 

@@ -30,7 +30,11 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
   auto m = FtModel::build(p, o);
   if (!m)
     return m.takeError();
+  if (o.isCancelled())
+    return llvm::make_error<DeadlineExceeded>("ft");
   FtResult r = frontierTracking(*m, o);
+  if (r.cancelled)
+    return llvm::make_error<DeadlineExceeded>("ft");
   FtFrontierReport rep;
   rep.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
@@ -65,6 +69,8 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
   ThreadPool pool(o.threads);
   pool.parallelFor(pick.size(), [&](size_t j) {
     size_t i = pick[j];
+    if (j > 0 && o.isCancelled())
+      return; // left unsimulated; the first point always is
     auto s = strategyMetrics(p, rep.points[i].strategy);
     if (s)
       sims[i] = *s;
@@ -72,6 +78,8 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
       failures[i] = errorMessage(s.takeError());
   });
   for (size_t i : pick) {
+    if (!sims[i] && failures[i].empty())
+      continue; // skipped past the deadline
     if (!sims[i])
       return makeError(ExitCode::Internal, "ft: simulating frontier point {}: {}",
                        i, failures[i]);
@@ -278,6 +286,7 @@ public:
       return llvm::Error(std::move(err));
     FtOptions o = FtOptions::fast();
     o.threads = so.threads;
+    o.cancelled = [&so] { return so.pastDeadline(); };
     auto r = frontierReport(p, o, kSimulatedPoints);
     if (!r)
       return r.takeError();
@@ -299,6 +308,7 @@ public:
                  r->points.size(), r->stats.totalConfigs, r->stats.backbone,
                  r->seconds);
     SearchResult res;
+    res.timedOut = so.pastDeadline();
     res.strategy = r->points[size_t(best)].strategy;
     res.iterationTime = r->points[size_t(best)].simTime;
     res.proposals = r->points.size();

@@ -118,6 +118,8 @@ Tracker::compute(size_t n,
                  const std::function<void(size_t, Products &)> &gen) {
   std::vector<Cands> slots(n);
   pool_.parallelFor(n, [&](size_t i) {
+    if (o_.isCancelled())
+      return; // run() notices and returns nothing
     Products c;
     gen(i, c);
     slots[i] = reduceProducts(c, o_.resolution);
@@ -354,6 +356,10 @@ FtResult Tracker::run() {
   nodes_[0].marked = true;
   std::vector<int> chain{0};
   for (;;) {
+    if (o_.isCancelled()) {
+      res.cancelled = true;
+      return res;
+    }
     chain = markBackbone(std::move(chain));
     int pick = -1;
     bool anyUnmarked = false;
@@ -414,6 +420,10 @@ FtResult Tracker::run() {
   }
   stats_.backbone = chain.size();
   Frontier out = linearDp(chain);
+  if (o_.isCancelled()) {
+    res.cancelled = true;
+    return res;
+  }
   stats_.maxFrontier = std::max(stats_.maxFrontier, out.size());
   stats_.traceEntries = arena_.size();
 

@@ -325,10 +325,15 @@ CutState applyCut(const Graph &g, const CutState &s,
   return next;
 }
 
-KCutsPlan kCuts(const Graph &g, int k, ChoiceSet set) {
+KCutsPlan kCuts(const Graph &g, int k, ChoiceSet set,
+                const std::function<bool()> &cancelled) {
   KCutsPlan plan;
   CutState s = initialState(g);
   for (int i = 0; i < k; ++i) {
+    if (cancelled && cancelled()) {
+      plan.cancelled = true;
+      return plan;
+    }
     CutTables t = buildTables(g, s, set);
     OneCut c = oneCutDp(t);
     plan.exact = plan.exact && c.exact;
@@ -412,7 +417,10 @@ public:
       spdlog::info("kcuts: {} devices is not a power of two; using the "
                    "first {}",
                    n, size_t(1) << k);
-    kcuts::KCutsPlan plan = kcuts::kCuts(g, k);
+    kcuts::KCutsPlan plan = kcuts::kCuts(g, k, kcuts::ChoiceSet::All,
+                                         [&o] { return o.pastDeadline(); });
+    if (plan.cancelled)
+      return llvm::make_error<DeadlineExceeded>("kcuts");
     if (!plan.exact)
       spdlog::info("kcuts: the one-cut DP dropped states; the tiling may "
                    "not be optimal");

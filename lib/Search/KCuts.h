@@ -15,6 +15,7 @@
 #include "soap/IR/Graph.h"
 #include "soap/Parallel/Strategy.h"
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace soap::kcuts {
@@ -97,9 +98,12 @@ struct KCutsPlan {
   std::vector<std::vector<int>> cuts; ///< [cut][op]
   std::vector<double> delta;          ///< per cut, bytes per group
   double totalBytes = 0;
+  bool cancelled = false; ///< stopped before its last cut
   bool exact = true;
 };
-KCutsPlan kCuts(const Graph &g, int k, ChoiceSet set = ChoiceSet::All);
+/// `cancelled`, polled before each cut, stops it (KCutsPlan::cancelled).
+KCutsPlan kCuts(const Graph &g, int k, ChoiceSet set = ChoiceSet::All,
+                const std::function<bool()> &cancelled = {});
 
 /// The plan as a Strategy on devices 0..2^k-1 (SOYBEAN 5.1): a tile's
 /// halves at cut i give bit k-1-i of its device, so the first cut splits

@@ -61,6 +61,7 @@ struct ChainResult {
   Strategy best;
   Seconds bestTime = std::numeric_limits<double>::infinity();
   uint64_t proposals = 0, accepted = 0;
+  bool timedOut = false;
 };
 
 class Chain {
@@ -99,6 +100,10 @@ public:
         break;
       if (secondsBudget > 0 && elapsed > secondsBudget)
         break;
+      if (o_.pastDeadline()) {
+        r.timedOut = true;
+        break;
+      }
       // No improvement for half of the budget: stop (FlexFlow 6.2).
       if (proposalBudget && n - lastImprovement > proposalBudget / 2)
         break;
@@ -222,6 +227,14 @@ public:
     std::atomic<size_t> nextJob{0};
     auto worker = [&] {
       for (size_t j; (j = nextJob++) < jobs.size();) {
+        // Past the deadline only the first job still runs (so there is a
+        // best so far); the others are skipped.
+        if (j > 0 && o.pastDeadline()) {
+          ChainResult skipped;
+          skipped.timedOut = true;
+          results[j] = std::move(skipped);
+          continue;
+        }
         Chain chain(p, o, space, neighbours);
         results[j] = chain.run(initial[jobs[j].candidate],
                                Rng(jobs[j].seed, "chain"), perJobProposals,
@@ -247,6 +260,7 @@ public:
       }
       best.proposals += r->proposals;
       best.accepted += r->accepted;
+      best.timedOut |= r->timedOut;
       if (r->bestTime < best.iterationTime) {
         best.iterationTime = r->bestTime;
         best.strategy = std::move(r->best);
@@ -254,6 +268,8 @@ public:
     }
     if (firstErr)
       return llvm::Error(std::move(firstErr));
+    if (!std::isfinite(best.iterationTime) && best.timedOut)
+      return llvm::make_error<DeadlineExceeded>("mcmc");
     if (!std::isfinite(best.iterationTime))
       return makeError(ExitCode::Infeasible,
                        "{}: mcmc found no strategy that fits in device memory "

@@ -8,6 +8,36 @@ namespace soap {
 
 Searcher::~Searcher() = default;
 
+char DeadlineExceeded::ID = 0;
+
+void DeadlineExceeded::log(llvm::raw_ostream &os) const {
+  os << searcher_ << ": the search passed its deadline with no strategy yet";
+}
+
+std::error_code DeadlineExceeded::convertToErrorCode() const {
+  return std::make_error_code(std::errc::timed_out);
+}
+
+llvm::Expected<double> parseDuration(llvm::StringRef text,
+                                     llvm::StringRef flag) {
+  llvm::StringRef t = text.trim();
+  double scale = 1;
+  if (t.consume_back("ms"))
+    scale = 1e-3;
+  else if (t.consume_back("s"))
+    scale = 1;
+  else if (t.consume_back("m"))
+    scale = 60;
+  else if (t.consume_back("h"))
+    scale = 3600;
+  double v;
+  if (t.empty() || t.getAsDouble(v) || !(v > 0) || !std::isfinite(v * scale))
+    return inputError("{} '{}': expected a positive duration such as 30s, "
+                      "500ms, 2m or 1h (a plain number is seconds)",
+                      flag.str(), text.str());
+  return v * scale;
+}
+
 llvm::Expected<Budget> Budget::parse(llvm::StringRef text) {
   Budget b;
   llvm::StringRef t = text.trim();
@@ -51,6 +81,9 @@ llvm::Error SearchOptions::validate() const {
     return inputError("--threads must be between 1 and 256, got {}", threads);
   if (beta < 0 || !std::isfinite(beta))
     return inputError("--beta must be non-negative, got {}", beta);
+  if (timeoutSeconds < 0 || !std::isfinite(timeoutSeconds))
+    return inputError("--timeout must be a positive duration, got {}",
+                      timeoutSeconds);
   return space.validate();
 }
 

@@ -275,6 +275,44 @@ Seconds Simulator::iterationTime() const {
   return prefixMaxEnd_.empty() ? 0 : prefixMaxEnd_.back();
 }
 
+std::vector<TaskId> Simulator::criticalPath() const {
+  const std::vector<Task> &tasks = tg_.tasks();
+  TaskId last = kNoTask;
+  for (TaskId id = 0; id < tasks.size(); ++id)
+    if (tasks[id].alive && (last == kNoTask || tasks[id].end > tasks[last].end))
+      last = id;
+  // Walk back from the last task to finish: each task waited either for
+  // its latest predecessor or for its device or link.
+  std::vector<TaskId> path;
+  TaskId cur = last;
+  while (cur != kNoTask) {
+    path.push_back(cur);
+    const Task &t = tasks[cur];
+    TaskId next = kNoTask;
+    for (TaskId p : t.preds)
+      if (tasks[p].end == t.start)
+        next = p;
+    if (next == kNoTask && t.start > t.ready) {
+      // The resource's previous task, the one that ended at our start.
+      for (uint32_t r : t.resources) {
+        const auto &log = resourceLog_[r];
+        auto it = std::lower_bound(
+            log.begin(), log.end(), t.seq,
+            [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
+              return e.first < s;
+            });
+        if (it != log.begin() && std::prev(it)->second == t.start) {
+          next = order_[std::prev(it)->first];
+          break;
+        }
+      }
+    }
+    cur = next;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
 SimMetrics Simulator::metrics() const {
   const std::vector<Task> &tasks = tg_.tasks();
   const Topology &topo = tg_.context().topo;
@@ -289,14 +327,11 @@ SimMetrics Simulator::metrics() const {
     }
   m.fits = m.peakMemory <= m.capacity;
   uint32_t n = static_cast<uint32_t>(topo.numDevices());
-  TaskId last = kNoTask;
   for (TaskId id = 0; id < tasks.size(); ++id) {
     const Task &t = tasks[id];
     if (!t.alive)
       continue;
     ++m.numTasks;
-    if (last == kNoTask || t.end > tasks[last].end)
-      last = id;
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
@@ -321,12 +356,8 @@ SimMetrics Simulator::metrics() const {
     }
     }
   }
-  // Walk the critical path back from the last task to finish: each task
-  // waited either for its latest predecessor or for its device or link.
-  std::map<std::pair<uint32_t, uint32_t>, TaskId> bySeqResource;
-  TaskId cur = last;
-  while (cur != kNoTask) {
-    const Task &t = tasks[cur];
+  for (TaskId id : criticalPath()) {
+    const Task &t = tasks[id];
     ++m.criticalPathTasks;
     switch (t.kind) {
     case TaskKind::Forward:
@@ -343,26 +374,6 @@ SimMetrics Simulator::metrics() const {
       m.criticalUpdate += t.exe;
       break;
     }
-    TaskId next = kNoTask;
-    for (TaskId p : t.preds)
-      if (tasks[p].end == t.start)
-        next = p;
-    if (next == kNoTask && t.start > t.ready) {
-      // The resource's previous task, the one that ended at our start.
-      for (uint32_t r : t.resources) {
-        const auto &log = resourceLog_[r];
-        auto it = std::lower_bound(
-            log.begin(), log.end(), t.seq,
-            [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
-              return e.first < s;
-            });
-        if (it != log.begin() && std::prev(it)->second == t.start) {
-          next = order_[std::prev(it)->first];
-          break;
-        }
-      }
-    }
-    cur = next;
   }
   return m;
 }

@@ -43,7 +43,7 @@ void Table::print(llvm::raw_ostream &os) const {
     line(r);
 }
 
-static std::string csvCell(const std::string &s) {
+std::string csvCell(const std::string &s) {
   if (s.find_first_of(",\"\n") == std::string::npos)
     return s;
   std::string out = "\"";
@@ -64,6 +64,44 @@ void Table::printCsv(llvm::raw_ostream &os) const {
   line(header_);
   for (const auto &r : rows_)
     line(r);
+}
+
+StreamingTable::StreamingTable(llvm::raw_ostream &os, std::vector<Column> cols,
+                               bool csv)
+    : os_(os), cols_(std::move(cols)), csv_(csv) {
+  for (Column &c : cols_)
+    c.width = std::max(c.width, c.header.size());
+}
+
+void StreamingTable::header() {
+  std::vector<std::string> h, rule;
+  for (const Column &c : cols_) {
+    h.push_back(c.header);
+    rule.push_back(std::string(c.width, '-'));
+  }
+  row(h);
+  if (!csv_)
+    row(rule);
+}
+
+void StreamingTable::row(std::vector<std::string> cells) {
+  cells.resize(cols_.size());
+  std::string out;
+  for (size_t c = 0; c < cells.size(); ++c) {
+    if (csv_) {
+      out += (c ? "," : "") + csvCell(cells[c]);
+      continue;
+    }
+    size_t w = cols_[c].width;
+    std::string pad(w > cells[c].size() ? w - cells[c].size() : 0, ' ');
+    if (c)
+      out += "  ";
+    out += cols_[c].right ? pad + cells[c] : cells[c] + pad;
+  }
+  while (!csv_ && !out.empty() && out.back() == ' ')
+    out.pop_back();
+  os_ << out << "\n";
+  os_.flush();
 }
 
 std::string withCommas(int64_t n) {

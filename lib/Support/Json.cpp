@@ -163,6 +163,21 @@ llvm::Expected<double> JsonReader::positive(const Json &obj,
   return *d;
 }
 
+llvm::Expected<double> JsonReader::inRange(const Json &obj,
+                                           llvm::StringRef ptr,
+                                           llvm::StringRef key, double lo,
+                                           double hi,
+                                           llvm::StringRef what) const {
+  auto d = number(obj, ptr, key);
+  if (!d)
+    return d.takeError();
+  if (!(*d >= lo && *d <= hi))
+    return error(jsonPointer(ptr, key),
+                 fmt::format("{:g} is outside {:g}..{:g} {}", *d, lo, hi,
+                             what.str()));
+  return *d;
+}
+
 llvm::Expected<int64_t> JsonReader::integer(const Json &obj,
                                             llvm::StringRef ptr,
                                             llvm::StringRef key,

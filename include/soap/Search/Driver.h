@@ -20,29 +20,37 @@ struct SearchOutcome {
   /// Set when the searcher found nothing that fits in memory (compare
   /// shows the row instead of stopping); the rest is then empty.
   std::string infeasible;
+  /// The search passed SearchOptions::timeoutSeconds: the strategy is its
+  /// best so far, or (with `fallback` set) the fastest baseline that fits
+  /// because the searcher had nothing yet.
+  bool timedOut = false;
+  std::string fallback;
   double speedup() const {
     return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime
                                 : 0;
   }
 };
 
-llvm::Expected<SearchOutcome> runSearch(const SearchProblem &p,
-                                        llvm::StringRef searcher,
-                                        const SearchOptions &o);
+/// `dataParallelTime`, when given, is data parallelism's iteration time
+/// (0: does not fit) already simulated by the caller, so that compare
+/// simulates it once for all its rows.
+llvm::Expected<SearchOutcome>
+runSearch(const SearchProblem &p, llvm::StringRef searcher,
+          const SearchOptions &o,
+          std::optional<Seconds> dataParallelTime = std::nullopt);
 /// As runSearch, but a searcher that finds nothing feasible gives an
 /// outcome with `infeasible` set instead of an error.
-llvm::Expected<SearchOutcome> runSearchForCompare(const SearchProblem &p,
-                                                  llvm::StringRef searcher,
-                                                  const SearchOptions &o);
+llvm::Expected<SearchOutcome>
+runSearchForCompare(const SearchProblem &p, llvm::StringRef searcher,
+                    const SearchOptions &o,
+                    std::optional<Seconds> dataParallelTime = std::nullopt);
 
 /// Metrics of a given strategy (simulate a plan).
 llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
                                            const Strategy &s);
 
-/// One row per outcome: searcher, predicted time, speedup over data
-/// parallel, peak memory, bytes moved, search time; as a table, CSV or JSON.
-Json compareReport(const std::vector<SearchOutcome> &rows);
-void printCompareTable(const Json &report, llvm::raw_ostream &os, bool csv);
+/// Data parallelism's iteration time, 0 when it does not fit.
+llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p);
 
 } // namespace soap
 

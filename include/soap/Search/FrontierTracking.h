@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <functional>
 #include <vector>
 
 namespace soap {
@@ -40,6 +41,10 @@ struct FtOptions {
   /// frontier; see reduceCandidates).
   double resolution = 0;
   int threads = 1;
+  /// Polled between eliminations and products: true stops the search
+  /// (FtResult::cancelled; a searcher's deadline).
+  std::function<bool()> cancelled;
+  bool isCancelled() const { return cancelled && cancelled(); }
   llvm::Error validate() const;
   /// What `--search ft` and `soapc frontier` use by default: 1-D device
   /// meshes and a 1% epsilon-frontier (issue 7's bench shows the cost of
@@ -119,6 +124,7 @@ public:
 
 private:
   friend struct FtModelBuilder;
+  friend struct FtPaths;
   size_t devices_ = 1;
   int maxSplitLoops_ = 2;
   const SearchProblem *problem_ = nullptr;
@@ -166,6 +172,7 @@ struct FtPoint {
 struct FtResult {
   std::vector<FtPoint> points; ///< ascending memory, descending time
   FtStats stats;
+  bool cancelled = false; ///< FtOptions::cancelled stopped it: no points
 };
 
 /// TensorOpt Algorithm 2: initialisation is `m`; eliminations (Eq. 4-7)

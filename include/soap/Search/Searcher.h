@@ -7,6 +7,7 @@
 #include "soap/Parallel/ConfigSpace.h"
 #include "soap/Sim/Simulator.h"
 #include "llvm/Support/Error.h"
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,7 +59,36 @@ struct SearchOptions {
   /// FlexFlow Eq. 1's beta, per second of iteration time.
   double beta = 0;
   std::function<void(const SearchProgress &)> progress;
+  /// Wall-clock limit of one search (`--timeout`; 0: none). runSearch turns
+  /// it into `deadline`; past it a searcher returns its best strategy so far
+  /// with SearchResult::timedOut set, or DeadlineExceeded when it has none.
+  double timeoutSeconds = 0;
+  std::chrono::steady_clock::time_point deadline =
+      std::chrono::steady_clock::time_point::max();
+  bool pastDeadline() const {
+    return deadline != std::chrono::steady_clock::time_point::max() &&
+           std::chrono::steady_clock::now() >= deadline;
+  }
   llvm::Error validate() const;
+};
+
+/// "30s", "500ms", "2m" or a plain number of seconds; `flag` names the
+/// option in the message (exit code 2).
+llvm::Expected<double> parseDuration(llvm::StringRef text,
+                                     llvm::StringRef flag);
+
+/// A searcher stopped at SearchOptions::deadline with nothing to return
+/// (runSearch then falls back to the best baseline).
+class DeadlineExceeded : public llvm::ErrorInfo<DeadlineExceeded> {
+public:
+  static char ID;
+  explicit DeadlineExceeded(std::string searcher)
+      : searcher_(std::move(searcher)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+private:
+  std::string searcher_;
 };
 
 struct SearchResult {
@@ -68,6 +98,8 @@ struct SearchResult {
   uint64_t accepted = 0;
   /// Set by exact searchers that completed: no better strategy exists.
   bool provenOptimal = false;
+  /// The search stopped at SearchOptions::deadline: the best so far.
+  bool timedOut = false;
 };
 
 class Searcher {

@@ -58,6 +58,10 @@ public:
 
   Seconds iterationTime() const;
   SimMetrics metrics() const;
+  /// The chain of tasks that determines the iteration time, first to last:
+  /// from the last task to finish back through, at each step, the
+  /// predecessor or the device/link queue it waited for.
+  std::vector<TaskId> criticalPath() const;
   /// Tasks re-simulated by the last call (for benchmarks).
   size_t lastResimulated() const { return lastResimulated_; }
   /// Chrome trace (chrome://tracing, Perfetto): one track per device and

@@ -26,6 +26,31 @@ private:
   std::vector<std::vector<std::string>> rows_;
 };
 
+/// A table whose rows are printed as they come (compare streams its rows):
+/// column widths are fixed up front; a longer cell widens its own row only.
+/// CSV when `csv`, with the same cells.
+class StreamingTable {
+public:
+  struct Column {
+    std::string header;
+    size_t width;
+    bool right = false;
+  };
+  StreamingTable(llvm::raw_ostream &os, std::vector<Column> cols, bool csv);
+  /// The header (and, for text, a rule under it).
+  void header();
+  /// One row, flushed.
+  void row(std::vector<std::string> cells);
+
+private:
+  llvm::raw_ostream &os_;
+  std::vector<Column> cols_;
+  bool csv_;
+};
+
+/// RFC 4180: quoted when it holds a comma, quote or newline.
+std::string csvCell(const std::string &s);
+
 /// 44549160 -> "44,549,160".
 std::string withCommas(int64_t n);
 /// 1536 -> "1.50 KiB"; exact bytes below 1 KiB.

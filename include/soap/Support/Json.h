@@ -43,6 +43,12 @@ public:
   /// A positive number (> 0): bandwidths, capacities, sizes.
   llvm::Expected<double> positive(const Json &obj, llvm::StringRef ptr,
                                   llvm::StringRef key) const;
+  /// A number in [lo, hi]: a physical quantity (a bandwidth, a latency, a
+  /// memory size) whose range `what` names in the error, e.g.
+  /// "Gbit/s (a link's bandwidth)".
+  llvm::Expected<double> inRange(const Json &obj, llvm::StringRef ptr,
+                                 llvm::StringRef key, double lo, double hi,
+                                 llvm::StringRef what) const;
   llvm::Expected<int64_t> integer(const Json &obj, llvm::StringRef ptr,
                                   llvm::StringRef key,
                                   int64_t minimum = INT64_MIN) const;

@@ -176,13 +176,23 @@ TEST_CASE("malformed topologies name the JSON pointer", "[Machine]") {
 
   doc = nvswitchDoc(2);
   doc["node"]["intra"]["bandwidth_gbps"] = -3;
-  CHECK(loadError(doc) ==
-        "t.json: /node/intra/bandwidth_gbps: must be positive, got -3");
+  CHECK(loadError(doc) == "t.json: /node/intra/bandwidth_gbps: -3 is outside "
+                          "0.001..1e+06 Gbit/s (a link's bandwidth)");
 
   doc = nvswitchDoc(2);
   doc["inter"]["bandwidth_gbps"] = 0;
-  CHECK(loadError(doc) == "t.json: /inter/bandwidth_gbps: must be positive, "
-                          "got 0");
+  CHECK(loadError(doc) == "t.json: /inter/bandwidth_gbps: 0 is outside "
+                          "0.001..1e+06 Gbit/s (a link's bandwidth)");
+
+  // Finite but not physical.
+  doc = nvswitchDoc(2);
+  doc["inter"]["bandwidth_gbps"] = 1e308;
+  CHECK(loadError(doc) == "t.json: /inter/bandwidth_gbps: 1e+308 is outside "
+                          "0.001..1e+06 Gbit/s (a link's bandwidth)");
+  doc = nvswitchDoc(2);
+  doc["inter"]["latency_us"] = 2e6;
+  CHECK(loadError(doc) == "t.json: /inter/latency_us: 2e+06 is outside "
+                          "0..1e+06 microseconds (a link's latency)");
 
   doc = nvswitchDoc(2);
   doc["nodes"] = "two";

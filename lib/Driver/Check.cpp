@@ -1,0 +1,90 @@
+// soapc check: exit 0 while a plan fits its model and topology; exit 4
+// naming every change; with --research, exit 4 too when a search with the
+// plan's settings finds a plan faster by more than --tolerance.
+#include "soap/Driver/Commands.h"
+#include "soap/Driver/Session.h"
+
+#include "soap/Search/Driver.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Sha256.h"
+#include <cmath>
+
+namespace soap {
+
+/// --tolerance: "2%" or a fraction.
+static llvm::Expected<double> parseTolerance(const std::string &text) {
+  llvm::StringRef tol = llvm::StringRef(text).trim();
+  bool percent = tol.consume_back("%");
+  double t;
+  if (tol.getAsDouble(t) || t < 0 || !std::isfinite(t))
+    return inputError("--tolerance '{}': expected a non-negative number or "
+                      "percentage such as 2%",
+                      text);
+  return percent ? t / 100 : t;
+}
+
+llvm::Error runCheck(const DriverOptions &given) {
+  auto plan = readPlan(given.planPath);
+  if (!plan)
+    return plan.takeError();
+  // The plan's recorded inputs unless given again.
+  DriverOptions o = given;
+  adoptPlanInputs(o, *plan, /*paths=*/true);
+  auto modelSha = sha256File(o.modelPath);
+  if (!modelSha)
+    return modelSha.takeError();
+  auto topoSha = sha256File(o.topologyPath);
+  if (!topoSha)
+    return topoSha.takeError();
+  auto su = Session::open(o);
+  if (!su)
+    return su.takeError();
+  Session &s = **su;
+  std::optional<SimMetrics> metrics;
+  auto strategy = planStrategy(*plan, *s.graph, *s.topo, o.planPath);
+  if (strategy) {
+    auto m = strategyMetrics(s.problem(), *strategy);
+    if (!m)
+      return m.takeError();
+    metrics = *m;
+  } else {
+    llvm::consumeError(strategy.takeError());
+  }
+  std::vector<CheckFinding> findings =
+      checkPlan(*plan, *modelSha, *topoSha, s.batch, *s.graph, *s.topo,
+                metrics ? &*metrics : nullptr);
+  if (findings.empty() && o.research) {
+    auto t = parseTolerance(o.tolerance);
+    if (!t)
+      return t.takeError();
+    DriverOptions r = o;
+    r.budget = plan->inputs.budget;
+    r.seed = plan->inputs.seed;
+    r.space = plan->inputs.space;
+    auto so = searchOptions(r, /*progress=*/false);
+    if (!so)
+      return withContext(so.takeError(), o.planPath + ": /search: ");
+    auto again = runSearch(s.problem(), plan->inputs.searcher, *so);
+    if (!again)
+      return again.takeError();
+    double planned = metrics->iterationTime;
+    double found = again->metrics.iterationTime;
+    if (found < planned * (1 - *t))
+      findings.push_back(
+          {fmt::format("a better plan exists: {} finds {:.3f} ms, the plan "
+                       "predicts {:.3f} ms ({:.1f}% faster, tolerance {})",
+                       plan->inputs.searcher, found * 1e3, planned * 1e3,
+                       100 * (1 - found / planned), o.tolerance)});
+  }
+  if (findings.empty()) {
+    llvm::outs() << o.planPath << ": fresh: the plan fits " << o.modelPath
+                 << " and " << o.topologyPath << "\n";
+    return llvm::Error::success();
+  }
+  std::string msg = fmt::format("{}: the plan is stale:", o.planPath);
+  for (const CheckFinding &f : findings)
+    msg += "\n  " + f.what;
+  return makeError(ExitCode::Stale, "{}", msg);
+}
+
+} // namespace soap

@@ -1,0 +1,56 @@
+// soapc model.onnx --topology T --search S [-o plan.json]: one search, its
+// summary, and the plan.
+#include "soap/Driver/Commands.h"
+#include "soap/Driver/Session.h"
+
+#include "soap/Search/Driver.h"
+#include "soap/Support/Format.h"
+#include <fmt/format.h>
+
+namespace soap {
+
+llvm::Error runSearchCommand(const DriverOptions &d) {
+  if (auto err = checkOutputPath("-o", d.outputPath))
+    return err;
+  auto o = searchOptions(d, /*progress=*/true);
+  if (!o)
+    return o.takeError();
+  auto su = Session::open(d);
+  if (!su)
+    return su.takeError();
+  Session &s = **su;
+  auto out = runSearch(s.problem(), d.search, *o);
+  if (o->progress)
+    llvm::errs() << "\n";
+  if (!out)
+    return out.takeError();
+  const SimMetrics &m = out->metrics;
+  std::string how = fmt::format("{} proposals, {:.2f} s", out->result.proposals,
+                                out->searchSeconds);
+  if (out->result.provenOptimal)
+    how += ", proven optimal";
+  if (!out->fallback.empty())
+    how += fmt::format(", timed out after {}: the fastest baseline ({})",
+                       d.timeout, out->fallback);
+  else if (out->timedOut)
+    how += fmt::format(", timed out after {}: the best plan so far",
+                       d.timeout);
+  llvm::outs() << fmt::format(
+      "searcher: {} ({})\n"
+      "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"
+      "speedup over data parallel: {}\n"
+      "peak memory: {} of {} per device\n"
+      "bytes moved: transfers {}, all-reduces {}\n",
+      out->searcher, how, m.iterationTime * 1e3, s.batch / m.iterationTime,
+      s.batch,
+      out->speedup() > 0 ? fmt::format("{:.2f}x", out->speedup())
+                         : std::string("n/a (data parallel does not fit)"),
+      formatBytes(m.peakMemory), formatBytes(m.capacity),
+      formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
+  if (!d.outputPath.empty())
+    return writeSearchPlan(s, out->result.strategy, m, out->dataParallelTime,
+                           out->searcher, o->seed, d.outputPath);
+  return llvm::Error::success();
+}
+
+} // namespace soap

@@ -1,0 +1,49 @@
+// soapc simulate: one training iteration of a model under a strategy (a
+// built-in one or a plan): time, memory per device, bytes moved.
+#include "soap/Driver/Commands.h"
+#include "soap/Driver/Output.h"
+#include "soap/Driver/Session.h"
+
+#include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Sim/SimReport.h"
+
+namespace soap {
+
+llvm::Error runSimulate(const DriverOptions &o) {
+  if (auto err = checkOutputPath("--trace", o.tracePath))
+    return err;
+  std::unique_ptr<Session> s;
+  Strategy strategy;
+  if (llvm::StringRef(o.strategy).endswith(".json")) {
+    // A plan says how its model was imported; flags given again win.
+    auto ps = openPlan(o, o.strategy);
+    if (!ps)
+      return ps.takeError();
+    s = std::move(ps->session);
+    strategy = std::move(ps->strategy);
+  } else {
+    auto su = Session::open(o);
+    if (!su)
+      return su.takeError();
+    s = std::move(*su);
+    auto b = builtinStrategy(o.strategy, *s->graph, *s->topo);
+    if (!b)
+      return b.takeError();
+    strategy = std::move(*b);
+  }
+  SimContext ctx = s->problem().context();
+  auto tg = TaskGraph::build(ctx, strategy);
+  if (!tg)
+    return tg.takeError();
+  Simulator sim(*tg);
+  sim.simulateFull();
+  SimMetrics m = sim.metrics();
+  if (!o.tracePath.empty())
+    if (auto err =
+            writeFileAtomic(o.tracePath, sim.chromeTrace().dump() + "\n"))
+      return err;
+  emit(o, simReport(sim, m, o.strategy, s->batch), printSimReport);
+  return llvm::Error::success();
+}
+
+} // namespace soap

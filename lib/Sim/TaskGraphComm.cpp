@@ -1,0 +1,233 @@
+// The task graph's communication: routes and ring resources, collectives,
+// the transfers of each producer-consumer edge and the synchronisation of
+// each weight's gradients (FlexFlow section 5.1).
+#include "soap/Sim/TaskGraph.h"
+#include "TaskGraphDetail.h"
+
+#include <algorithm>
+
+namespace soap {
+
+using namespace detail;
+
+Seconds TaskGraph::transferTime(DeviceId a, DeviceId b, Bytes bytes) const {
+  return ctx_->topo.pathLatency(a, b) +
+         static_cast<double>(bytes) / ctx_->topo.pathBandwidth(a, b);
+}
+
+std::vector<uint32_t> TaskGraph::routeResources(DeviceId a, DeviceId b) const {
+  std::vector<uint32_t> r;
+  uint32_t n = static_cast<uint32_t>(ctx_->topo.numDevices());
+  for (LinkId l : ctx_->topo.route(a, b))
+    r.push_back(n + l);
+  return r;
+}
+
+const std::vector<uint32_t> &
+TaskGraph::ringResources(const std::vector<DeviceId> &g) {
+  auto it = ringCache_.find(g);
+  if (it != ringCache_.end())
+    return it->second;
+  std::vector<DeviceId> ring = ctx_->collectives.ringOrder(g);
+  std::vector<uint32_t> r;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    std::vector<uint32_t> hop =
+        routeResources(ring[i], ring[(i + 1) % ring.size()]);
+    r.insert(r.end(), hop.begin(), hop.end());
+  }
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return ringCache_.emplace(g, std::move(r)).first->second;
+}
+
+TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
+                             const std::vector<DeviceId> &devs, Bytes bytes,
+                             Collective kind, int64_t count) {
+  Task t;
+  t.kind = TaskKind::Collective;
+  t.key = k;
+  t.role = role;
+  t.op = op;
+  t.bytes = bytes * count;
+  t.allGather = kind == Collective::AllGather;
+  t.exe = static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
+  t.groupSize = static_cast<uint32_t>(devs.size());
+  t.resources = ringResources(devs);
+  return newTask(std::move(t));
+}
+
+void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
+  const Edge &ed = edges_[e];
+  const Op &p = ctx_->graph.op(ed.producer);
+  const Op &c = ctx_->graph.op(ed.consumer);
+  const OpConfig &pc = strategy_.configs[ed.producer];
+  const OpConfig &cc = strategy_.configs[ed.consumer];
+  const Value &v = ctx_->graph.value(p.outputs[ed.output]);
+  const OpTasks &pt = opTasks_[ed.producer];
+  const OpTasks &ct = opTasks_[ed.consumer];
+  int64_t ptiles = pc.numTiles(), ctiles = cc.numTiles();
+  int32_t prep = pc.replicas, crep = cc.replicas;
+  int64_t eb = dtypeBytes(v.dtype);
+  bool grad = std::find(c.sem.gradInputs.begin(), c.sem.gradInputs.end(),
+                        ed.input) != c.sem.gradInputs.end();
+  std::vector<Box> pbox(ptiles), cbox(ctiles);
+  for (int64_t k = 0; k < ptiles; ++k)
+    pbox[k] = p.sem.outputRegion(ed.output, pc.tile(p.sem, k));
+  for (int64_t k = 0; k < ctiles; ++k)
+    cbox[k] = regionIn(c.sem, ed.input, cc.tile(c.sem, k), v.shape.dims);
+  auto transfer = [&](TaskId from, TaskId to, DeviceId a, DeviceId b,
+                      Bytes bytes, uint32_t dir, int64_t kp, int64_t kc,
+                      int32_t r) {
+    if (a == b) {
+      link(from, to);
+      return;
+    }
+    Task t;
+    t.kind = TaskKind::Transfer;
+    t.key = key(TaskKind::Transfer, static_cast<uint32_t>(e),
+                dir * 65536u + static_cast<uint32_t>(r),
+                (static_cast<uint64_t>(kp) << 32) | static_cast<uint64_t>(kc));
+    t.bytes = bytes;
+    t.exe = transferTime(a, b, bytes);
+    t.resources = routeResources(a, b);
+    t.op = ed.consumer;
+    if (dir == 0)
+      t.bufferDevice = static_cast<int32_t>(b);
+    TaskId id = newTask(std::move(t));
+    owned.push_back(id);
+    link(from, id);
+    link(id, to);
+  };
+  // Producer tiles writing the same region (partial sums) are one source;
+  // send from the copy on the receiving device when there is one.
+  std::map<std::vector<int64_t>, std::vector<int64_t>> sources;
+  for (int64_t k = 0; k < ptiles; ++k) {
+    std::vector<int64_t> b = pbox[k].lo;
+    b.insert(b.end(), pbox[k].hi.begin(), pbox[k].hi.end());
+    sources[b].push_back(k);
+  }
+  for (const auto &[boxKey, members] : sources) {
+    const Box &pb = pbox[members[0]];
+    for (int64_t kc = 0; kc < ctiles; ++kc) {
+      Box inter = pb.intersect(cbox[kc]);
+      if (inter.empty())
+        continue;
+      Bytes bytes = inter.volume() * eb;
+      // Forward: every replica of the consumer tile needs the region.
+      for (int32_t rc = 0; rc < crep; ++rc) {
+        DeviceId dst = cc.device(kc, rc);
+        int64_t src = members[0];
+        int32_t srcRep = 0;
+        for (int64_t kp : members)
+          for (int32_t rp = 0; rp < prep; ++rp)
+            if (pc.device(kp, rp) == dst && pc.device(src, srcRep) != dst) {
+              src = kp;
+              srcRep = rp;
+            }
+        transfer(pt.fwdOut[ed.output * ptiles + src],
+                 ct.fwd[kc * crep + rc], pc.device(src, srcRep), dst, bytes, 0,
+                 src, kc, rc);
+      }
+      if (!grad)
+        continue;
+      // Backward: every producer task needs the gradient of its region.
+      for (int64_t kp : members)
+        for (int32_t rp = 0; rp < prep; ++rp) {
+          DeviceId dst = pc.device(kp, rp);
+          int32_t srcRep = 0;
+          for (int32_t rc = 0; rc < crep; ++rc)
+            if (cc.device(kc, rc) == dst)
+              srcRep = rc;
+          transfer(ct.bwdOut[kc * crep + srcRep], pt.bwd[kp * prep + rp],
+                   cc.device(kc, srcRep), dst, bytes, 1,
+                   kp * prep + rp, kc, srcRep);
+        }
+    }
+  }
+}
+
+void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
+  const Value &wv = ctx_->graph.value(w);
+  Bytes eb = dtypeBytes(wv.dtype);
+  // Every shard (op, input, tile, replica) of the weight with its box.
+  struct Shard {
+    Box box;
+    DeviceId device;
+    TaskId bwd;
+  };
+  std::vector<Shard> shards;
+  for (OpId o : wv.users) {
+    const Op &op = ctx_->graph.op(o);
+    const OpConfig &c = strategy_.configs[o];
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      if (op.inputs[i] != w)
+        continue;
+      for (int64_t k = 0; k < c.numTiles(); ++k) {
+        Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
+        for (int32_t r = 0; r < c.replicas; ++r)
+          shards.push_back({b, c.device(k, r),
+                            opTasks_[o].bwd[k * c.replicas + r]});
+      }
+    }
+  }
+  // Shards that overlap hold copies of the same elements (two ops splitting
+  // a shared weight differently): their gradients are summed over every
+  // device that holds one.
+  std::vector<Box> boxes;
+  for (const Shard &sh : shards)
+    boxes.push_back(sh.box);
+  std::vector<size_t> groupOf = overlapGroups(boxes);
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (groupOf[i] >= groups.size())
+      groups.resize(groupOf[i] + 1);
+    groups[groupOf[i]].push_back(i);
+  }
+  uint32_t gi = 0;
+  double bw = ctx_->cost.memoryBandwidth();
+  int state = optimizerStateFactor(ctx_->optimizer);
+  for (const std::vector<size_t> &members : groups) {
+    std::vector<DeviceId> devs;
+    Bytes bytes = 0;
+    for (size_t i : members) {
+      devs.push_back(shards[i].device);
+      bytes = std::max(bytes, shards[i].box.volume() * eb);
+    }
+    std::sort(devs.begin(), devs.end());
+    devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
+    TaskId sync = kNoTask;
+    if (devs.size() > 1) {
+      sync = collective(CollectiveRole::WeightGrad,
+                        key(TaskKind::Collective, 0x80000000u | uint32_t(w),
+                            gi, 0),
+                        -1, devs, bytes);
+      tasks_[sync].weight = w;
+      owned.push_back(sync);
+      for (size_t i : members)
+        link(shards[i].bwd, sync);
+    }
+    // The optimizer step: read weight and gradient (and state), write the
+    // weight (and state).
+    Seconds upd = static_cast<double>(bytes) * (3 + 2 * state) / bw +
+                  ctx_->cost.device().launchOverhead;
+    for (DeviceId d : devs) {
+      Task u;
+      u.kind = TaskKind::Update;
+      u.key = key(TaskKind::Update, uint32_t(w), gi, d);
+      u.exe = upd;
+      u.resources = {d};
+      u.weight = w;
+      TaskId id = newTask(std::move(u));
+      owned.push_back(id);
+      if (sync != kNoTask)
+        link(sync, id);
+      else
+        for (size_t i : members)
+          if (shards[i].device == d)
+            link(shards[i].bwd, id);
+    }
+    ++gi;
+  }
+}
+
+} // namespace soap

@@ -1,6 +1,7 @@
 // soapc compare: several searchers on one model and topology under the same
-// simulator, each row printed as its searcher ends (a table on a terminal,
-// CSV or JSON lines otherwise), each searcher within --timeout.
+// simulator, run concurrently (--jobs), each row printed as its searcher
+// ends (a table on a terminal, CSV or JSON lines otherwise), each searcher
+// within --timeout.
 #include "soap/Driver/Commands.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/Session.h"
@@ -8,6 +9,13 @@
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 namespace soap {
 
@@ -35,7 +43,7 @@ static Json rowJson(const SearchOutcome &o) {
   return j;
 }
 
-static std::vector<std::string> rowCells(const SearchOutcome &o) {
+static std::vector<std::string> rowCells(const SearchOutcome &o, bool csv) {
   if (!o.infeasible.empty())
     return {o.searcher, "does not fit"};
   double sp = o.speedup();
@@ -45,7 +53,8 @@ static std::vector<std::string> rowCells(const SearchOutcome &o) {
           formatBytes(o.metrics.peakMemory),
           formatBytes(o.metrics.transferBytes),
           formatBytes(o.metrics.collectiveBytes),
-          withCommas(int64_t(o.result.proposals)),
+          csv ? std::to_string(o.result.proposals)
+              : withCommas(int64_t(o.result.proposals)),
           fmt::format("{:.2f}", o.searchSeconds),
           timeoutNote(o)};
 }
@@ -73,6 +82,16 @@ searcherNames(llvm::StringRef list) {
   return names;
 }
 
+/// What the searchers running concurrently share with the printing thread.
+struct CompareState {
+  std::mutex mu;
+  std::condition_variable done;
+  /// Finished outcomes (or errors), in the order they finished.
+  std::deque<std::pair<size_t, llvm::Expected<SearchOutcome>>> finished;
+  /// Per searcher: its latest progress line, empty while it waits.
+  std::vector<std::string> status;
+};
+
 llvm::Error runCompare(const DriverOptions &d) {
   auto names = searcherNames(d.search);
   if (!names)
@@ -80,11 +99,15 @@ llvm::Error runCompare(const DriverOptions &d) {
   auto o = searchOptions(d, /*progress=*/false);
   if (!o)
     return o.takeError();
+  if (d.jobs < 0)
+    return inputError("--jobs must be 0 (every searcher at once) or "
+                      "positive, got {}",
+                      d.jobs);
   auto su = Session::open(d);
   if (!su)
     return su.takeError();
   Session &s = **su;
-  SearchProblem problem = s.problem();
+  const SearchProblem problem = s.problem();
   OutputFormat format = resolveFormat(d.format, OutputFormat::Csv);
   ProgressLine progress(d.quiet);
   // Data parallelism once, for every row's speedup.
@@ -103,34 +126,84 @@ llvm::Error runCompare(const DriverOptions &d) {
                         {"search s", 8, true},
                         {"note", 0, false}},
                        format == OutputFormat::Csv);
+  progress.clear();
   if (format != OutputFormat::Json)
     table.header();
-  for (const std::string &name : *names) {
-    progress.show(fmt::format("{}: searching{}", name,
-                              o->timeoutSeconds > 0
-                                  ? fmt::format(" (timeout {})", d.timeout)
-                                  : ""));
-    SearchOptions so = *o;
-    if (progress.enabled())
-      so.progress = [&](const SearchProgress &p) {
-        progress.show(fmt::format(
-            "{}: best {:.3f} ms  {} proposals  {:.0f}/s  {:.1f} s", name,
-            p.best * 1e3, p.proposals,
-            p.elapsedSeconds > 0 ? p.proposals / p.elapsedSeconds : 0.0,
-            p.elapsedSeconds));
-      };
-    auto out = runSearchForCompare(problem, name, so, *dp);
+
+  // The searchers run on `jobs` threads (all at once by default, so every
+  // row lands within --timeout); each row is printed as its searcher ends.
+  size_t n = names->size();
+  size_t jobs = d.jobs == 0 ? n : std::min(n, size_t(d.jobs));
+  CompareState st;
+  st.status.assign(n, "");
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      const std::string &name = (*names)[i];
+      SearchOptions so = *o;
+      {
+        std::lock_guard<std::mutex> lock(st.mu);
+        st.status[i] = name + ": starting";
+      }
+      if (progress.enabled())
+        so.progress = [&st, i, name](const SearchProgress &p) {
+          std::lock_guard<std::mutex> lock(st.mu);
+          st.status[i] = fmt::format(
+              "{}: {:.3f} ms, {} proposals, {:.0f}/s", name, p.best * 1e3,
+              p.proposals,
+              p.elapsedSeconds > 0 ? p.proposals / p.elapsedSeconds : 0.0);
+        };
+      auto out = runSearchForCompare(problem, name, so, *dp);
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.status[i].clear();
+      st.finished.emplace_back(i, std::move(out));
+      st.done.notify_one();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < jobs; ++t)
+    threads.emplace_back(work);
+
+  auto start = std::chrono::steady_clock::now();
+  llvm::Error firstError = llvm::Error::success();
+  for (size_t printed = 0; printed < n;) {
+    std::unique_lock<std::mutex> lock(st.mu);
+    st.done.wait_for(lock, std::chrono::milliseconds(250),
+                     [&] { return !st.finished.empty(); });
+    if (st.finished.empty()) {
+      std::string line = fmt::format(
+          "{:.0f} s", std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+      for (const std::string &x : st.status)
+        if (!x.empty())
+          line += " | " + x;
+      lock.unlock();
+      progress.show(line);
+      continue;
+    }
+    auto [i, out] = std::move(st.finished.front());
+    st.finished.pop_front();
+    lock.unlock();
     progress.clear();
-    if (!out)
-      return out.takeError();
+    ++printed;
+    if (!out) {
+      if (firstError)
+        llvm::consumeError(out.takeError());
+      else
+        firstError = out.takeError();
+      continue;
+    }
     if (format == OutputFormat::Json) {
       llvm::outs() << rowJson(*out).dump() << "\n";
       llvm::outs().flush();
     } else {
-      table.row(rowCells(*out));
+      table.row(rowCells(*out, format == OutputFormat::Csv));
     }
   }
-  return llvm::Error::success();
+  for (std::thread &t : threads)
+    t.join();
+  return firstError;
 }
 
 } // namespace soap

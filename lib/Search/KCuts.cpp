@@ -186,7 +186,8 @@ double cutCost(const CutTables &t, const std::vector<int> &ci) {
   return c;
 }
 
-OneCut oneCutDp(const CutTables &t, size_t maxStates) {
+OneCut oneCutDp(const CutTables &t, size_t maxStates,
+                const std::function<bool()> &cancelled) {
   size_t n = t.choices.size();
   OneCut r;
   if (n == 0)
@@ -231,6 +232,10 @@ OneCut oneCutDp(const CutTables &t, size_t maxStates) {
     std::vector<std::vector<int>> curKeys;
     size_t nc = t.choices[o].size();
     for (size_t s = 0; s < prev.size(); ++s) {
+      if (cancelled && s % 1024 == 0 && cancelled()) {
+        r.cancelled = true;
+        return r;
+      }
       const std::vector<int> &key = keys[s];
       for (size_t x = 0; x < nc; ++x) {
         double c = prev[s].cost + t.opCost[o][x];
@@ -335,7 +340,11 @@ KCutsPlan kCuts(const Graph &g, int k, ChoiceSet set,
       return plan;
     }
     CutTables t = buildTables(g, s, set);
-    OneCut c = oneCutDp(t);
+    OneCut c = oneCutDp(t, size_t(1) << 16, cancelled);
+    if (c.cancelled) {
+      plan.cancelled = true;
+      return plan;
+    }
     plan.exact = plan.exact && c.exact;
     plan.delta.push_back(c.bytes);
     // Theorem 1: cut i runs in 2^i groups at once.

@@ -78,13 +78,16 @@ struct OneCut {
   std::vector<int> choice; ///< per op: a loop or kReplicate
   double bytes = 0;        ///< delta of SOYBEAN's Algorithm 1
   bool exact = true;       ///< false when the DP had to drop states
+  bool cancelled = false;  ///< stopped by its `cancelled` poll
 };
 
 /// SOYBEAN's one-cut DP (Eq. 4-5) with one op per level in topological
 /// order: the state is the joint choice of the ops already decided that
 /// still have an undecided neighbour. Exact unless a level exceeds
 /// `maxStates` states, when only the cheapest are kept.
-OneCut oneCutDp(const CutTables &t, size_t maxStates = size_t(1) << 16);
+/// `cancelled`, polled as the DP goes, stops it (OneCut::cancelled).
+OneCut oneCutDp(const CutTables &t, size_t maxStates = size_t(1) << 16,
+                const std::function<bool()> &cancelled = {});
 /// Every combination of choices; for tests on small graphs.
 OneCut oneCutBruteForce(const CutTables &t);
 

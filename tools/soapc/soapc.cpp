@@ -155,6 +155,12 @@ static cl::opt<std::string> timeoutOpt(
              "past it gives its best plan so far (or the fastest baseline "
              "when it has none), marked as such"),
     cl::value_desc("duration"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+static cl::opt<int> jobsOpt(
+    "jobs",
+    cl::desc("compare: searchers run at once (default 0: all, so every row "
+             "comes within --timeout; 1: one after another, rows in the "
+             "listed order)"),
+    cl::init(0), cl::sub(compareCmd), cl::cat(soapCat));
 static cl::opt<uint64_t> seedOpt("seed", cl::desc("Random seed"), cl::init(0),
                                  SOAP_SEARCH_CMDS, cl::cat(soapCat));
 static cl::opt<std::string>
@@ -284,6 +290,7 @@ static DriverOptions driverOptions() {
   o.search = searchOpt;
   o.budget = budgetOpt;
   o.timeout = timeoutOpt;
+  o.jobs = jobsOpt;
   o.seed = seedOpt;
   o.space = spaceOpt;
   o.chains = chainsOpt;

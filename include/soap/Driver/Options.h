@@ -40,6 +40,7 @@ struct DriverOptions {
   int threads = 1;
   double beta = 0;
   std::string outputPath; ///< -o
+  int jobs = 0; ///< compare: searchers run at once (0: all)
 
   // frontier
   std::string ftMode = "frontier";

@@ -68,7 +68,7 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   std::vector<TaskId> path = sim.criticalPath();
   for (TaskId id : path)
     onPath[id] = true;
-  Seconds byKind[5] = {0, 0, 0, 0, 0};
+  Seconds byKind[6] = {0, 0, 0, 0, 0, 0};
   for (TaskId id = 0; id < tasks.size(); ++id) {
     const Task &t = tasks[id];
     if (!t.alive)
@@ -88,6 +88,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     case TaskKind::Update:
       if (row)
         row->compute += t.exe;
+      break;
+    case TaskKind::Gate:
       break;
     case TaskKind::Transfer:
     case TaskKind::Collective: {

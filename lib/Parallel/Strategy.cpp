@@ -133,6 +133,138 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
   return llvm::Error::success();
 }
 
+llvm::StringRef scheduleName(PipelineSchedule s) {
+  return s == PipelineSchedule::GPipe ? "gpipe" : "1f1b";
+}
+
+std::optional<PipelineSchedule> parseSchedule(llvm::StringRef name) {
+  if (name == "gpipe")
+    return PipelineSchedule::GPipe;
+  if (name == "1f1b")
+    return PipelineSchedule::OneFOneB;
+  return std::nullopt;
+}
+
+int32_t Pipeline::numStages() const {
+  int32_t n = 1;
+  for (int32_t s : stageOf)
+    n = std::max(n, s + 1);
+  return n;
+}
+
+int32_t Pipeline::inFlight(int32_t s) const {
+  if (schedule == PipelineSchedule::GPipe)
+    return microBatches;
+  return std::min(microBatches, numStages() - s);
+}
+
+std::vector<std::pair<int32_t, bool>> Pipeline::order(int32_t s) const {
+  std::vector<std::pair<int32_t, bool>> o;
+  int32_t m = microBatches;
+  if (schedule == PipelineSchedule::GPipe) {
+    for (int32_t j = 0; j < m; ++j)
+      o.push_back({j, false});
+    for (int32_t j = 0; j < m; ++j)
+      o.push_back({j, true});
+    return o;
+  }
+  // Megatron's 1F1B: p - s - 1 warm-up forwards, then forward j + warm-up
+  // and backward j in turn, then the remaining backwards.
+  int32_t warm = std::min(m, numStages() - s - 1);
+  for (int32_t j = 0; j < warm; ++j)
+    o.push_back({j, false});
+  for (int32_t j = 0; j < m - warm; ++j) {
+    o.push_back({j + warm, false});
+    o.push_back({j, true});
+  }
+  for (int32_t j = m - warm; j < m; ++j)
+    o.push_back({j, true});
+  return o;
+}
+
+Box microBatchTile(const OpConfig &c, const OpSemantics &sem, int64_t k,
+                   int32_t mb, int32_t m) {
+  Box b = c.tile(sem, k);
+  if (m <= 1)
+    return b;
+  for (size_t l = 0; l < sem.loops.size(); ++l)
+    if (sem.loops[l].cls == DimClass::Sample) {
+      int64_t per = sem.loops[l].size / m;
+      b.lo[l] = mb * per + b.lo[l] / m;
+      b.hi[l] = mb * per + b.hi[l] / m;
+      break;
+    }
+  return b;
+}
+
+/// The first sample loop of `sem`, or -1.
+static int sampleLoop(const OpSemantics &sem) {
+  for (size_t l = 0; l < sem.loops.size(); ++l)
+    if (sem.loops[l].cls == DimClass::Sample)
+      return int(l);
+  return -1;
+}
+
+llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
+  const Pipeline &p = s.pipeline;
+  if (p.microBatches < 1)
+    return inputError("{}: the pipeline has {} micro-batches; at least 1",
+                      g.sourcePath, p.microBatches);
+  if (!p.stageOf.empty() && p.stageOf.size() != g.numOps())
+    return inputError("{}: the pipeline gives stages to {} ops, the graph "
+                      "has {}",
+                      g.sourcePath, p.stageOf.size(), g.numOps());
+  int32_t stages = p.numStages();
+  std::vector<std::set<DeviceId>> groups(static_cast<size_t>(stages));
+  std::vector<bool> used(static_cast<size_t>(stages), false);
+  for (const Op &o : g.ops()) {
+    int32_t st = p.stage(o.id);
+    if (st < 0)
+      return inputError("{}: stage {} is negative", g.where(o.id), st);
+    used[size_t(st)] = true;
+    for (DeviceId d : s.configs[o.id].devices)
+      groups[size_t(st)].insert(d);
+    // Stages contiguous in a topological order: no tensor flows back.
+    for (ValueId v : o.inputs) {
+      if (v == kNoValue || g.value(v).producer < 0)
+        continue;
+      OpId pr = g.value(v).producer;
+      if (p.stage(pr) > st)
+        return inputError("{}: stage {} reads '{}' from op '{}' of the later "
+                          "stage {}; stages must be contiguous in a "
+                          "topological order",
+                          g.where(o.id), st, g.value(v).name,
+                          g.op(pr).name, p.stage(pr));
+    }
+    if (p.microBatches > 1) {
+      int l = sampleLoop(o.sem);
+      if (l < 0)
+        return inputError("{}: no sample loop, so it cannot run in "
+                          "{} micro-batches",
+                          g.where(o.id), p.microBatches);
+      const LoopDim &ld = o.sem.loops[size_t(l)];
+      int64_t parts = int64_t(p.microBatches) * s.configs[o.id].degree[size_t(l)];
+      if (ld.size % parts != 0 || (ld.size / parts) % ld.granule != 0)
+        return inputError("{}: {} micro-batches x degree {} do not divide "
+                          "its sample loop '{}' of {}",
+                          g.where(o.id), p.microBatches,
+                          s.configs[o.id].degree[size_t(l)], ld.name,
+                          ld.size);
+    }
+  }
+  for (int32_t a = 0; a < stages; ++a) {
+    if (!used[size_t(a)])
+      return inputError("{}: pipeline stage {} has no ops", g.sourcePath, a);
+    for (int32_t b = a + 1; b < stages; ++b)
+      for (DeviceId d : groups[size_t(a)])
+        if (groups[size_t(b)].count(d))
+          return inputError("{}: device {} is in pipeline stages {} and {}; "
+                            "stages run on disjoint device groups",
+                            g.sourcePath, d, a, b);
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                            const Topology &topo) {
   if (s.configs.size() != g.numOps())
@@ -142,7 +274,7 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
     if (auto err = verifyConfig(s.configs[o.id], o.sem, topo.numDevices(),
                                 g.where(o.id)))
       return err;
-  return llvm::Error::success();
+  return verifyPipeline(s, g);
 }
 
 } // namespace soap

@@ -354,6 +354,8 @@ SimMetrics Simulator::metrics() const {
           (t.allGather ? 1 : 2) * (Bytes(t.groupSize) - 1) * t.bytes;
       break;
     }
+    case TaskKind::Gate:
+      break;
     }
   }
   for (TaskId id : criticalPath()) {
@@ -372,6 +374,8 @@ SimMetrics Simulator::metrics() const {
       break;
     case TaskKind::Update:
       m.criticalUpdate += t.exe;
+      break;
+    case TaskKind::Gate:
       break;
     }
   }

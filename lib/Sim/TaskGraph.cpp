@@ -11,7 +11,7 @@ namespace soap {
 
 llvm::StringRef taskKindName(TaskKind k) {
   static const char *names[] = {"forward", "backward", "transfer",
-                                "collective", "update"};
+                                "collective", "update", "gate"};
   return names[static_cast<int>(k)];
 }
 
@@ -167,40 +167,53 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   ot = OpTasks();
   int64_t tiles = c.numTiles();
   int32_t reps = c.replicas;
-  ot.fwd.resize(tiles * reps);
-  ot.bwd.resize(tiles * reps);
+  int32_t m = strategy_.pipeline.microBatches;
+  int64_t per = tiles * reps; // tasks per micro-batch
+  ot.fwd.resize(size_t(m * per));
+  ot.bwd.resize(size_t(m * per));
   uint32_t uo = static_cast<uint32_t>(o);
   for (int64_t k = 0; k < tiles; ++k) {
-    Box box = c.tile(op.sem, k);
-    auto kt = kernelTimes(o, box);
+    // Every micro-batch's tile has the same extents: one kernel time.
+    auto kt = kernelTimes(o, microBatchTile(c, op.sem, k, 0, m));
     if (!kt)
       return kt.takeError();
-    for (int32_t r = 0; r < reps; ++r) {
-      DeviceId d = c.device(k, r);
-      Task f;
-      f.kind = TaskKind::Forward;
-      f.key = key(TaskKind::Forward, uo, static_cast<uint32_t>(k), r);
-      f.exe = kt->forward;
-      f.resources = {d};
-      f.op = o;
-      f.tile = k;
-      TaskId fid = newTask(std::move(f));
-      Task b;
-      b.kind = TaskKind::Backward;
-      b.key = key(TaskKind::Backward, uo, static_cast<uint32_t>(k), r);
-      b.exe = kt->backward();
-      b.resources = {d};
-      b.op = o;
-      b.tile = k;
-      TaskId bid = newTask(std::move(b));
-      link(fid, bid);
-      ot.fwd[k * reps + r] = fid;
-      ot.bwd[k * reps + r] = bid;
-      ot.own.push_back(fid);
-      ot.own.push_back(bid);
-    }
+    for (int32_t mb = 0; mb < m; ++mb)
+      for (int32_t r = 0; r < reps; ++r) {
+        DeviceId d = c.device(k, r);
+        uint64_t rk = (uint64_t(mb) << 32) | uint64_t(r);
+        Task f;
+        f.kind = TaskKind::Forward;
+        f.key = key(TaskKind::Forward, uo, static_cast<uint32_t>(k), rk);
+        f.exe = kt->forward;
+        f.resources = {d};
+        f.op = o;
+        f.tile = k;
+        f.microBatch = mb;
+        TaskId fid = newTask(std::move(f));
+        Task b;
+        b.kind = TaskKind::Backward;
+        b.key = key(TaskKind::Backward, uo, static_cast<uint32_t>(k), rk);
+        b.exe = kt->backward();
+        b.resources = {d};
+        b.op = o;
+        b.tile = k;
+        b.microBatch = mb;
+        TaskId bid = newTask(std::move(b));
+        link(fid, bid);
+        ot.fwd[size_t(mb * per + k * reps + r)] = fid;
+        ot.bwd[size_t(mb * per + k * reps + r)] = bid;
+        ot.own.push_back(fid);
+        ot.own.push_back(bid);
+      }
   }
   std::vector<TaskId> fwdReady = ot.fwd, bwdReady = ot.bwd;
+  auto members = [&](const std::vector<bool> &free, int64_t &groups) {
+    std::vector<int64_t> g = groupTiles(c, free, groups);
+    std::vector<std::vector<int64_t>> ms(static_cast<size_t>(groups));
+    for (int64_t k = 0; k < tiles; ++k)
+      ms[size_t(g[size_t(k)])].push_back(k);
+    return ms;
+  };
   // Split statistics (Softmax's axis, a norm's reduced dims): an all-reduce
   // of a few floats per row among the tiles that share the rows, in the
   // forward and again in the backward pass.
@@ -211,34 +224,33 @@ llvm::Error TaskGraph::buildOp(OpId o) {
       statFree[l] = statSplit = true;
   if (statSplit) {
     int64_t groups;
-    std::vector<int64_t> g = groupTiles(c, statFree, groups);
-    for (int pass = 0; pass < 2; ++pass) {
-      std::vector<std::vector<int64_t>> members(groups);
-      for (int64_t k = 0; k < tiles; ++k)
-        members[g[k]].push_back(k);
-      for (int64_t gi = 0; gi < groups; ++gi) {
-        Box box = c.tile(op.sem, members[gi][0]);
-        int64_t rows = 1;
-        for (size_t l = 0; l < op.sem.loops.size(); ++l)
-          if (!op.sem.loops[l].statReduced)
-            rows *= box.hi[l] - box.lo[l];
-        std::vector<DeviceId> devs = devicesOf(c, members[gi]);
-        if (devs.size() < 2)
-          continue;
-        TaskId t = collective(CollectiveRole::Statistics,
-                              key(TaskKind::Collective, uo, pass,
-                                  static_cast<uint64_t>(gi)),
-                              o, devs, 8 * rows);
-        ot.own.push_back(t);
-        std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
-        const std::vector<TaskId> &src = pass == 0 ? ot.fwd : ot.bwd;
-        for (int64_t k : members[gi])
-          for (int32_t r = 0; r < reps; ++r) {
-            link(src[k * reps + r], t);
-            ready[k * reps + r] = t;
-          }
-      }
-    }
+    std::vector<std::vector<int64_t>> mem = members(statFree, groups);
+    for (int32_t mb = 0; mb < m; ++mb)
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          Box box = microBatchTile(c, op.sem, mem[size_t(gi)][0], mb, m);
+          int64_t rows = 1;
+          for (size_t l = 0; l < op.sem.loops.size(); ++l)
+            if (!op.sem.loops[l].statReduced)
+              rows *= box.hi[l] - box.lo[l];
+          std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
+          if (devs.size() < 2)
+            continue;
+          TaskId t = collective(CollectiveRole::Statistics,
+                                key(TaskKind::Collective, uo, pass,
+                                    uint64_t(gi) | (uint64_t(mb) << 40)),
+                                o, devs, 8 * rows);
+          tasks_[t].microBatch = mb;
+          ot.own.push_back(t);
+          std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
+          const std::vector<TaskId> &src = pass == 0 ? ot.fwd : ot.bwd;
+          for (int64_t k : mem[size_t(gi)])
+            for (int32_t r = 0; r < reps; ++r) {
+              size_t i = size_t(mb * per + k * reps + r);
+              link(src[i], t);
+              ready[i] = t;
+            }
+        }
   }
   // A recurrence over a split loop (an LSTM layer split on its hidden
   // units): at every step the tiles that share the rows all-gather their
@@ -254,40 +266,42 @@ llvm::Error TaskGraph::buildOp(OpId o) {
                            ? 4
                            : dtypeBytes(ctx_->graph.value(op.outputs[0]).dtype);
     int64_t groups;
-    std::vector<int64_t> g = groupTiles(c, free, groups);
-    std::vector<std::vector<int64_t>> members(groups);
-    for (int64_t k = 0; k < tiles; ++k)
-      members[g[k]].push_back(k);
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t gi = 0; gi < groups; ++gi) {
-        std::vector<DeviceId> devs = devicesOf(c, members[gi]);
-        if (devs.size() < 2)
-          continue;
-        // The state one step needs: the rows of the tile's other loops
-        // (one step of the recurrence loop, no gates) times the whole of l.
-        int64_t rows =
-            op.sem.exchangeElements(int(l), c.tile(op.sem, members[gi][0]));
-        TaskId t = collective(
-            CollectiveRole::Exchange,
-            key(TaskKind::Collective, uo,
-                0x40000000u | (uint32_t(l) << 1) | uint32_t(pass),
-                static_cast<uint64_t>(gi)),
-            o, devs, rows * stateBytes,
-            pass == 0 ? Collective::AllGather : Collective::AllReduce, steps);
-        ot.own.push_back(t);
-        std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
-        for (int64_t k : members[gi])
-          for (int32_t r = 0; r < reps; ++r) {
-            link(ready[k * reps + r], t);
-            ready[k * reps + r] = t;
-          }
-      }
+    std::vector<std::vector<int64_t>> mem = members(free, groups);
+    for (int32_t mb = 0; mb < m; ++mb)
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
+          if (devs.size() < 2)
+            continue;
+          // The state one step needs: the rows of the tile's other loops
+          // (one step of the recurrence loop, no gates) times the whole of
+          // l.
+          int64_t rows = op.sem.exchangeElements(
+              int(l), microBatchTile(c, op.sem, mem[size_t(gi)][0], mb, m));
+          TaskId t = collective(
+              CollectiveRole::Exchange,
+              key(TaskKind::Collective, uo,
+                  0x40000000u | (uint32_t(l) << 1) | uint32_t(pass),
+                  uint64_t(gi) | (uint64_t(mb) << 40)),
+              o, devs, rows * stateBytes,
+              pass == 0 ? Collective::AllGather : Collective::AllReduce, steps);
+          tasks_[t].microBatch = mb;
+          ot.own.push_back(t);
+          std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
+          for (int64_t k : mem[size_t(gi)])
+            for (int32_t r = 0; r < reps; ++r) {
+              size_t i = size_t(mb * per + k * reps + r);
+              link(ready[i], t);
+              ready[i] = t;
+            }
+        }
   }
   ot.bwdOut = bwdReady;
   // Partial sums: tiles that differ only in loops missing from an output's
   // map write the same region; an all-reduce combines them.
-  ot.fwdOut.assign(op.outputs.size() * tiles, kNoTask);
-  for (size_t j = 0; j < op.outputs.size(); ++j) {
+  size_t outs = op.outputs.size();
+  ot.fwdOut.assign(size_t(m) * outs * size_t(tiles), kNoTask);
+  for (size_t j = 0; j < outs; ++j) {
     if (op.outputs[j] == kNoValue)
       continue;
     std::vector<bool> reduced(op.sem.loops.size(), false);
@@ -295,36 +309,80 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     for (int l : op.sem.reducedLoops(static_cast<int>(j)))
       if (c.degree[l] > 1)
         reduced[l] = split = true;
-    for (int64_t k = 0; k < tiles; ++k)
-      ot.fwdOut[j * tiles + k] = fwdReady[k * reps];
+    for (int32_t mb = 0; mb < m; ++mb)
+      for (int64_t k = 0; k < tiles; ++k)
+        ot.fwdOut[size_t(mb) * outs * size_t(tiles) + j * size_t(tiles) +
+                  size_t(k)] = fwdReady[size_t(mb * per + k * reps)];
     if (!split)
       continue;
     int64_t groups;
-    std::vector<int64_t> g = groupTiles(c, reduced, groups);
-    std::vector<std::vector<int64_t>> members(groups);
-    for (int64_t k = 0; k < tiles; ++k)
-      members[g[k]].push_back(k);
+    std::vector<std::vector<int64_t>> mem = members(reduced, groups);
     const Value &v = ctx_->graph.value(op.outputs[j]);
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      Box region = op.sem.outputRegion(static_cast<int>(j),
-                                       c.tile(op.sem, members[gi][0]));
-      std::vector<DeviceId> devs = devicesOf(c, members[gi]);
-      if (devs.size() < 2)
-        continue;
-      TaskId t = collective(
-          CollectiveRole::PartialSum,
-          key(TaskKind::Collective, uo, 2 + static_cast<uint32_t>(j),
-              static_cast<uint64_t>(gi)),
-          o, devs, region.volume() * dtypeBytes(v.dtype));
-      ot.own.push_back(t);
-      for (int64_t k : members[gi]) {
-        for (int32_t r = 0; r < reps; ++r)
-          link(fwdReady[k * reps + r], t);
-        ot.fwdOut[j * tiles + k] = t;
+    for (int32_t mb = 0; mb < m; ++mb)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        Box region = op.sem.outputRegion(
+            static_cast<int>(j),
+            microBatchTile(c, op.sem, mem[size_t(gi)][0], mb, m));
+        std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
+        if (devs.size() < 2)
+          continue;
+        TaskId t = collective(
+            CollectiveRole::PartialSum,
+            key(TaskKind::Collective, uo, 2 + static_cast<uint32_t>(j),
+                uint64_t(gi) | (uint64_t(mb) << 40)),
+            o, devs, region.volume() * dtypeBytes(v.dtype));
+        tasks_[t].microBatch = mb;
+        ot.own.push_back(t);
+        for (int64_t k : mem[size_t(gi)]) {
+          for (int32_t r = 0; r < reps; ++r)
+            link(fwdReady[size_t(mb * per + k * reps + r)], t);
+          ot.fwdOut[size_t(mb) * outs * size_t(tiles) + j * size_t(tiles) +
+                    size_t(k)] = t;
+        }
       }
-    }
   }
   return llvm::Error::success();
+}
+
+/// The schedule of pipeline stage `s` (Pipeline::order): a zero-time gate
+/// between consecutive items (a micro-batch's forward or backward of every
+/// op of the stage), so the stage runs them in the planned order.
+void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
+  const Pipeline &p = strategy_.pipeline;
+  if (!p.active())
+    return;
+  std::vector<OpId> ops;
+  for (const Op &op : ctx_->graph.ops())
+    if (p.stage(op.id) == s)
+      ops.push_back(op.id);
+  auto items = p.order(s);
+  auto tasksOf = [&](std::pair<int32_t, bool> item) {
+    std::vector<TaskId> ts;
+    for (OpId o : ops) {
+      const OpConfig &c = strategy_.configs[o];
+      int64_t per = c.numTasks();
+      const std::vector<TaskId> &v =
+          item.second ? opTasks_[o].bwd : opTasks_[o].fwd;
+      ts.insert(ts.end(), v.begin() + item.first * per,
+                v.begin() + (item.first + 1) * per);
+    }
+    return ts;
+  };
+  std::vector<TaskId> prev = tasksOf(items[0]);
+  for (size_t i = 1; i < items.size(); ++i) {
+    std::vector<TaskId> cur = tasksOf(items[i]);
+    Task g;
+    g.kind = TaskKind::Gate;
+    g.key = key(TaskKind::Gate, uint32_t(s), uint32_t(i), 0);
+    g.microBatch = items[i].first;
+    TaskId id = newTask(std::move(g));
+    owned.push_back(id);
+    for (TaskId t : prev)
+      link(t, id);
+    for (TaskId t : cur)
+      link(id, t);
+    prev = std::move(cur);
+  }
 }
 
 llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
@@ -366,6 +424,9 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
     tg.buildEdge(e, tg.edgeTasks_[e]);
   for (ValueId w : tg.weights_)
     tg.buildWeight(w, tg.weightTasks_[w]);
+  tg.stageTasks_.resize(size_t(s.pipeline.numStages()));
+  for (int32_t st = 0; st < s.pipeline.numStages(); ++st)
+    tg.buildStage(st, tg.stageTasks_[size_t(st)]);
   tg.predsChanged_.clear();
   return llvm::Expected<TaskGraph>(std::move(tg));
 }
@@ -377,11 +438,28 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
                               ctx_->graph.where(o)))
     return err;
+  const Pipeline &pipe = strategy_.pipeline;
+  if (pipe.active()) {
+    // The new configuration must keep the stages' device groups disjoint
+    // and divide the micro-batches.
+    OpConfig old = strategy_.configs[o];
+    strategy_.configs[o] = c;
+    llvm::Error err = verifyPipeline(strategy_, ctx_->graph);
+    strategy_.configs[o] = std::move(old);
+    if (err)
+      return err;
+  }
   std::set<ValueId> ws;
   for (int i : op.sem.weightInputs)
     ws.insert(op.inputs[i]);
   std::vector<TaskId> touched;
   predsChanged_.clear();
+  size_t st = size_t(pipe.stage(o));
+  if (pipe.active()) {
+    for (TaskId t : stageTasks_[st])
+      removeTask(t, touched, removedReady);
+    stageTasks_[st].clear();
+  }
   for (TaskId t : opTasks_[o].own)
     removeTask(t, touched, removedReady);
   for (size_t e : edgesOfOp_[o]) {
@@ -409,6 +487,11 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     changed.insert(changed.end(), weightTasks_[w].begin(),
                    weightTasks_[w].end());
   }
+  if (pipe.active()) {
+    buildStage(int32_t(st), stageTasks_[st]);
+    changed.insert(changed.end(), stageTasks_[st].begin(),
+                   stageTasks_[st].end());
+  }
   for (TaskId t : touched)
     if (tasks_[t].alive)
       changed.push_back(t);
@@ -432,6 +515,11 @@ std::vector<TaskId> TaskGraph::segmentTasks(OpId o) const {
     auto it = weightTasks_.find(w);
     if (it != weightTasks_.end())
       ids.insert(ids.end(), it->second.begin(), it->second.end());
+  }
+  if (strategy_.pipeline.active()) {
+    const std::vector<TaskId> &g =
+        stageTasks_[size_t(strategy_.pipeline.stage(o))];
+    ids.insert(ids.end(), g.begin(), g.end());
   }
   return ids;
 }
@@ -457,10 +545,15 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
   for (ValueId v : op.outputs)
     outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   int state = optimizerStateFactor(ctx_->optimizer);
+  const Pipeline &pipe = strategy_.pipeline;
+  int32_t m = pipe.microBatches;
+  // A micro-batch's activations, for each micro-batch the stage holds.
+  Bytes inFlight = pipe.inFlight(pipe.stage(o));
   for (int64_t k = 0; k < c.numTiles(); ++k) {
     Box tile = c.tile(op.sem, k);
-    Bytes saved = op.sem.savedBytes(tile, inT, outT);
-    Bytes ws = ctx_->cost.memory(g, op, tile, ctx_->optimizer).workspace;
+    Box mbTile = microBatchTile(c, op.sem, k, 0, m);
+    Bytes saved = op.sem.savedBytes(mbTile, inT, outT) * inFlight;
+    Bytes ws = ctx_->cost.memory(g, op, mbTile, ctx_->optimizer).workspace;
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
       DeviceMemory &m = mem_[d];

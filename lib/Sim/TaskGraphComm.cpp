@@ -70,11 +70,15 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
   int64_t eb = dtypeBytes(v.dtype);
   bool grad = std::find(c.sem.gradInputs.begin(), c.sem.gradInputs.end(),
                         ed.input) != c.sem.gradInputs.end();
+  const Pipeline &pipe = strategy_.pipeline;
+  int32_t m = pipe.microBatches;
+  // The consumer's stage holds the receive buffers of its micro-batches in
+  // flight.
+  int32_t buffered = pipe.inFlight(pipe.stage(ed.consumer));
+  size_t outs = p.outputs.size();
+  int64_t pper = ptiles * prep, cper = ctiles * crep;
   std::vector<Box> pbox(ptiles), cbox(ctiles);
-  for (int64_t k = 0; k < ptiles; ++k)
-    pbox[k] = p.sem.outputRegion(ed.output, pc.tile(p.sem, k));
-  for (int64_t k = 0; k < ctiles; ++k)
-    cbox[k] = regionIn(c.sem, ed.input, cc.tile(c.sem, k), v.shape.dims);
+  int32_t mb = 0;
   auto transfer = [&](TaskId from, TaskId to, DeviceId a, DeviceId b,
                       Bytes bytes, uint32_t dir, int64_t kp, int64_t kc,
                       int32_t r) {
@@ -85,63 +89,76 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
     Task t;
     t.kind = TaskKind::Transfer;
     t.key = key(TaskKind::Transfer, static_cast<uint32_t>(e),
-                dir * 65536u + static_cast<uint32_t>(r),
+                (uint32_t(mb) << 17) | (dir << 16) | static_cast<uint32_t>(r),
                 (static_cast<uint64_t>(kp) << 32) | static_cast<uint64_t>(kc));
     t.bytes = bytes;
     t.exe = transferTime(a, b, bytes);
     t.resources = routeResources(a, b);
     t.op = ed.consumer;
-    if (dir == 0)
+    t.microBatch = mb;
+    if (dir == 0 && mb < buffered)
       t.bufferDevice = static_cast<int32_t>(b);
     TaskId id = newTask(std::move(t));
     owned.push_back(id);
     link(from, id);
     link(id, to);
   };
-  // Producer tiles writing the same region (partial sums) are one source;
-  // send from the copy on the receiving device when there is one.
-  std::map<std::vector<int64_t>, std::vector<int64_t>> sources;
-  for (int64_t k = 0; k < ptiles; ++k) {
-    std::vector<int64_t> b = pbox[k].lo;
-    b.insert(b.end(), pbox[k].hi.begin(), pbox[k].hi.end());
-    sources[b].push_back(k);
-  }
-  for (const auto &[boxKey, members] : sources) {
-    const Box &pb = pbox[members[0]];
-    for (int64_t kc = 0; kc < ctiles; ++kc) {
-      Box inter = pb.intersect(cbox[kc]);
-      if (inter.empty())
-        continue;
-      Bytes bytes = inter.volume() * eb;
-      // Forward: every replica of the consumer tile needs the region.
-      for (int32_t rc = 0; rc < crep; ++rc) {
-        DeviceId dst = cc.device(kc, rc);
-        int64_t src = members[0];
-        int32_t srcRep = 0;
-        for (int64_t kp : members)
-          for (int32_t rp = 0; rp < prep; ++rp)
-            if (pc.device(kp, rp) == dst && pc.device(src, srcRep) != dst) {
-              src = kp;
-              srcRep = rp;
-            }
-        transfer(pt.fwdOut[ed.output * ptiles + src],
-                 ct.fwd[kc * crep + rc], pc.device(src, srcRep), dst, bytes, 0,
-                 src, kc, rc);
-      }
-      if (!grad)
-        continue;
-      // Backward: every producer task needs the gradient of its region.
-      for (int64_t kp : members)
-        for (int32_t rp = 0; rp < prep; ++rp) {
-          DeviceId dst = pc.device(kp, rp);
+  for (mb = 0; mb < m; ++mb) {
+    for (int64_t k = 0; k < ptiles; ++k)
+      pbox[k] = p.sem.outputRegion(ed.output,
+                                   microBatchTile(pc, p.sem, k, mb, m));
+    for (int64_t k = 0; k < ctiles; ++k)
+      cbox[k] = regionIn(c.sem, ed.input, microBatchTile(cc, c.sem, k, mb, m),
+                         v.shape.dims);
+    // Producer tiles writing the same region (partial sums) are one
+    // source; send from the copy on the receiving device when there is one.
+    std::map<std::vector<int64_t>, std::vector<int64_t>> sources;
+    for (int64_t k = 0; k < ptiles; ++k) {
+      std::vector<int64_t> b = pbox[k].lo;
+      b.insert(b.end(), pbox[k].hi.begin(), pbox[k].hi.end());
+      sources[b].push_back(k);
+    }
+    const TaskId *pFwdOut =
+        pt.fwdOut.data() + (size_t(mb) * outs + size_t(ed.output)) * ptiles;
+    const TaskId *pBwd = pt.bwd.data() + mb * pper;
+    const TaskId *cFwd = ct.fwd.data() + mb * cper;
+    const TaskId *cBwdOut = ct.bwdOut.data() + mb * cper;
+    for (const auto &[boxKey, members] : sources) {
+      const Box &pb = pbox[members[0]];
+      for (int64_t kc = 0; kc < ctiles; ++kc) {
+        Box inter = pb.intersect(cbox[kc]);
+        if (inter.empty())
+          continue;
+        Bytes bytes = inter.volume() * eb;
+        // Forward: every replica of the consumer tile needs the region.
+        for (int32_t rc = 0; rc < crep; ++rc) {
+          DeviceId dst = cc.device(kc, rc);
+          int64_t src = members[0];
           int32_t srcRep = 0;
-          for (int32_t rc = 0; rc < crep; ++rc)
-            if (cc.device(kc, rc) == dst)
-              srcRep = rc;
-          transfer(ct.bwdOut[kc * crep + srcRep], pt.bwd[kp * prep + rp],
-                   cc.device(kc, srcRep), dst, bytes, 1,
-                   kp * prep + rp, kc, srcRep);
+          for (int64_t kp : members)
+            for (int32_t rp = 0; rp < prep; ++rp)
+              if (pc.device(kp, rp) == dst && pc.device(src, srcRep) != dst) {
+                src = kp;
+                srcRep = rp;
+              }
+          transfer(pFwdOut[src], cFwd[kc * crep + rc], pc.device(src, srcRep),
+                   dst, bytes, 0, src, kc, rc);
         }
+        if (!grad)
+          continue;
+        // Backward: every producer task needs the gradient of its region.
+        for (int64_t kp : members)
+          for (int32_t rp = 0; rp < prep; ++rp) {
+            DeviceId dst = pc.device(kp, rp);
+            int32_t srcRep = 0;
+            for (int32_t rc = 0; rc < crep; ++rc)
+              if (cc.device(kc, rc) == dst)
+                srcRep = rc;
+            transfer(cBwdOut[kc * crep + srcRep], pBwd[kp * prep + rp],
+                     cc.device(kc, srcRep), dst, bytes, 1, kp * prep + rp, kc,
+                     srcRep);
+          }
+      }
     }
   }
 }
@@ -153,8 +170,9 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   struct Shard {
     Box box;
     DeviceId device;
-    TaskId bwd;
+    std::vector<TaskId> bwd; ///< every micro-batch's backward
   };
+  int32_t m = strategy_.pipeline.microBatches;
   std::vector<Shard> shards;
   for (OpId o : wv.users) {
     const Op &op = ctx_->graph.op(o);
@@ -164,9 +182,13 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
         continue;
       for (int64_t k = 0; k < c.numTiles(); ++k) {
         Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
-        for (int32_t r = 0; r < c.replicas; ++r)
-          shards.push_back({b, c.device(k, r),
-                            opTasks_[o].bwd[k * c.replicas + r]});
+        for (int32_t r = 0; r < c.replicas; ++r) {
+          Shard sh{b, c.device(k, r), {}};
+          for (int32_t mb = 0; mb < m; ++mb)
+            sh.bwd.push_back(
+                opTasks_[o].bwd[size_t(mb * c.numTasks() + k * c.replicas + r)]);
+          shards.push_back(std::move(sh));
+        }
       }
     }
   }
@@ -204,7 +226,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       tasks_[sync].weight = w;
       owned.push_back(sync);
       for (size_t i : members)
-        link(shards[i].bwd, sync);
+        for (TaskId b : shards[i].bwd)
+          link(b, sync);
     }
     // The optimizer step: read weight and gradient (and state), write the
     // weight (and state).
@@ -224,7 +247,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       else
         for (size_t i : members)
           if (shards[i].device == d)
-            link(shards[i].bwd, id);
+            for (TaskId b : shards[i].bwd)
+              link(b, id);
     }
     ++gi;
   }

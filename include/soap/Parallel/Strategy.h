@@ -8,6 +8,7 @@
 #include "soap/IR/Graph.h"
 #include "soap/Machine/Topology.h"
 #include "llvm/Support/Error.h"
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,13 +53,69 @@ struct OpConfig {
 llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
                          size_t numDevices, llvm::StringRef where);
 
-/// A configuration for every op of a graph, indexed by OpId.
-struct Strategy {
-  std::vector<OpConfig> configs;
-  bool operator==(const Strategy &o) const { return configs == o.configs; }
+/// How micro-batches run through the stages of a pipeline.
+enum class PipelineSchedule : uint8_t {
+  GPipe,    ///< every stage runs all forwards, then all backwards
+  OneFOneB, ///< PipeDream-Flush / Megatron: warm-up forwards, then one
+            ///< forward and one backward in turn, then the drain
+};
+llvm::StringRef scheduleName(PipelineSchedule s);
+/// "gpipe" or "1f1b".
+std::optional<PipelineSchedule> parseSchedule(llvm::StringRef name);
+
+/// Pipeline parallelism and gradient accumulation (issue 16): the op graph
+/// cut into stages, contiguous in the graph's topological (op id) order,
+/// each on its own device group (the devices its ops' configurations use),
+/// and the per-iteration batch run as `microBatches` micro-batches whose
+/// weight gradients are summed before one synchronisation per iteration.
+/// Each op's configuration splits one micro-batch (its sample loop's tiles
+/// are of batch / (microBatches * degree) samples). One stage and one
+/// micro-batch is FlexFlow's SOAP strategy.
+struct Pipeline {
+  int32_t microBatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// Per op, its stage (0-based, non-decreasing in op id); empty: one stage.
+  std::vector<int32_t> stageOf;
+
+  int32_t numStages() const;
+  int32_t stage(OpId o) const {
+    return stageOf.empty() ? 0 : stageOf[size_t(o)];
+  }
+  /// Micro-batches or stages in use.
+  bool active() const { return microBatches > 1 || numStages() > 1; }
+  /// Micro-batches whose activations stage `s` holds at once: all of them
+  /// under GPipe, min(m, stages - s) under 1F1B.
+  int32_t inFlight(int32_t s) const;
+  /// The order stage `s` runs its work in: (micro-batch, backward?) pairs.
+  std::vector<std::pair<int32_t, bool>> order(int32_t s) const;
+  bool operator==(const Pipeline &o) const {
+    return microBatches == o.microBatches && schedule == o.schedule &&
+           stageOf == o.stageOf;
+  }
 };
 
-/// Every op configured and every configuration valid on `topo`.
+/// A configuration for every op of a graph, indexed by OpId, and how the
+/// iteration is pipelined.
+struct Strategy {
+  std::vector<OpConfig> configs;
+  Pipeline pipeline;
+  bool operator==(const Strategy &o) const {
+    return configs == o.configs && pipeline == o.pipeline;
+  }
+};
+
+/// The pipeline's part of verifyStrategy (stages, device groups,
+/// micro-batch divisibility).
+llvm::Error verifyPipeline(const Strategy &s, const Graph &g);
+
+/// The box of tile `k` of `c` for micro-batch `mb` of `m`: the sample
+/// loop's range narrowed to the micro-batch (tile(sem, k) when m == 1).
+Box microBatchTile(const OpConfig &c, const OpSemantics &sem, int64_t k,
+                   int32_t mb, int32_t m);
+
+/// Every op configured and every configuration valid on `topo`; with a
+/// pipeline: stages contiguous and non-decreasing in op order, their device
+/// groups disjoint, every op with a sample loop that m x its degree divides.
 llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                            const Topology &topo);
 

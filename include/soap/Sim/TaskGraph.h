@@ -28,6 +28,8 @@ enum class TaskKind : uint8_t {
   Transfer,   ///< a region sent between two devices, on the route's links
   Collective, ///< all-reduce of partial sums, statistics or weight gradients
   Update,     ///< the optimizer step of a weight shard
+  Gate,       ///< a pipeline stage's schedule: no time, no resource; its
+              ///< next micro-batch item waits for the previous one
 };
 llvm::StringRef taskKindName(TaskKind k);
 
@@ -70,6 +72,8 @@ struct Task {
   std::vector<TaskId> preds, succs;
   OpId op = -1;         ///< the op (compute, transfer into it, its reductions)
   int64_t tile = -1;    ///< tile index for compute tasks
+  int32_t microBatch = 0; ///< the micro-batch of a compute, transfer or
+                          ///< per-micro-batch collective task
   ValueId weight = -1;  ///< the weight of a WeightGrad collective or update
   CollectiveRole role = CollectiveRole::PartialSum;
   uint32_t groupSize = 0; ///< devices in a collective
@@ -142,10 +146,15 @@ private:
     int input;
   };
   /// Per op: its compute tasks and the handles others depend on.
+  /// Indexed micro-batch-major: micro-batch mb's task (tile k, replica r)
+  /// is [mb * numTasks + k * replicas + r].
   struct OpTasks {
-    std::vector<TaskId> fwd, bwd;      ///< per task (tile * replicas + r)
-    std::vector<TaskId> fwdOut;        ///< per tile: output ready (after reductions)
-    std::vector<TaskId> bwdOut;        ///< per task: input gradients ready
+    std::vector<TaskId> fwd, bwd;      ///< per micro-batch and task
+    /// Per micro-batch, output and tile: output ready (after reductions),
+    /// [(mb * outputs + j) * tiles + k].
+    std::vector<TaskId> fwdOut;
+    std::vector<TaskId> bwdOut;        ///< per micro-batch and task: input
+                                       ///< gradients ready
     std::vector<TaskId> own;           ///< every task of the segment
   };
 
@@ -156,6 +165,7 @@ private:
   llvm::Error buildOp(OpId o);
   void buildEdge(size_t e, std::vector<TaskId> &owned);
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
+  void buildStage(int32_t stage, std::vector<TaskId> &owned);
   Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
   std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
   const std::vector<uint32_t> &ringResources(const std::vector<DeviceId> &g);
@@ -177,6 +187,7 @@ private:
   std::vector<std::vector<TaskId>> edgeTasks_;
   std::vector<ValueId> weights_; ///< weight values used by ops
   std::map<ValueId, std::vector<TaskId>> weightTasks_;
+  std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per stage
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
 

@@ -1,0 +1,229 @@
+// Pipelines and micro-batches (issue 16): the schedules' order, the
+// simulated bubble and memory of GPipe and 1F1B, gradient accumulation,
+// delta simulation equal to full simulation under a pipeline, and the
+// strategies verifyStrategy refuses.
+#include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
+
+#include "soap/Sim/Simulator.h"
+#include "soap/Support/Rng.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+using namespace soap::test;
+
+namespace {
+
+struct Fixture {
+  std::unique_ptr<Graph> g;
+  Topology topo;
+  CostModel cost;
+  CollectiveModel coll;
+  SimContext ctx;
+  Fixture(const std::string &model, int64_t batch, const std::string &t)
+      : g(zooModel(model, batch)), topo(exampleTopology(t)),
+        cost(topo.deviceSpec(), nullptr, CostMode::Analytic), coll(topo),
+        ctx{*g, topo, cost, coll, Optimizer::Adam} {}
+
+  /// Stage s of `stages` gets a contiguous share of the ops and of the
+  /// devices; every op is split by sample over its stage's devices.
+  Strategy pipelined(int32_t stages, int32_t m, PipelineSchedule sched,
+                     size_t devicesPerStage) {
+    Strategy s;
+    s.pipeline.microBatches = m;
+    s.pipeline.schedule = sched;
+    size_t n = g->numOps();
+    for (const Op &o : g->ops()) {
+      int32_t st = int32_t(size_t(o.id) * size_t(stages) / n);
+      s.pipeline.stageOf.push_back(st);
+      OpConfig c = OpConfig::single(o.sem, 0);
+      c.degree[0] = int32_t(devicesPerStage);
+      c.devices.clear();
+      for (size_t d = 0; d < devicesPerStage; ++d)
+        c.devices.push_back(DeviceId(size_t(st) * devicesPerStage + d));
+      s.configs.push_back(c);
+    }
+    return s;
+  }
+
+  SimMetrics run(const Strategy &s) {
+    auto tg = TaskGraph::build(ctx, s);
+    if (!tg)
+      FAIL(errorMessage(tg.takeError()));
+    Simulator sim(*tg);
+    sim.simulateFull();
+    return sim.metrics();
+  }
+};
+
+size_t countKind(const TaskGraph &tg, TaskKind k) {
+  size_t n = 0;
+  for (const Task &t : tg.tasks())
+    n += t.alive && t.kind == k;
+  return n;
+}
+
+size_t countRole(const TaskGraph &tg, CollectiveRole r) {
+  size_t n = 0;
+  for (const Task &t : tg.tasks())
+    n += t.alive && t.kind == TaskKind::Collective && t.role == r;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("1F1B and GPipe orders", "[Sim][pipeline]") {
+  Pipeline p;
+  p.microBatches = 4;
+  p.stageOf = {0, 1, 2};
+  using Item = std::pair<int32_t, bool>;
+  // The last stage alternates from the start; the first warms up with two.
+  CHECK(p.order(2) == std::vector<Item>{{0, false}, {0, true}, {1, false},
+                                        {1, true},  {2, false}, {2, true},
+                                        {3, false}, {3, true}});
+  CHECK(p.order(0) == std::vector<Item>{{0, false}, {1, false}, {2, false},
+                                        {0, true},  {3, false}, {1, true},
+                                        {2, true},  {3, true}});
+  CHECK(p.inFlight(0) == 3);
+  CHECK(p.inFlight(2) == 1);
+  p.schedule = PipelineSchedule::GPipe;
+  CHECK(p.inFlight(0) == 4);
+  CHECK(p.order(1).front() == Item{0, false});
+  CHECK(p.order(1)[4] == Item{0, true});
+  // Fewer micro-batches than stages: every forward is a warm-up one.
+  p.schedule = PipelineSchedule::OneFOneB;
+  p.microBatches = 2;
+  CHECK(p.inFlight(0) == 2);
+  CHECK(p.order(0) == std::vector<Item>{{0, false}, {1, false}, {0, true},
+                                        {1, true}});
+}
+
+TEST_CASE("a pipeline's bubble and memory come out of the simulation",
+          "[Sim][pipeline]") {
+  // mlp: a chain of large matmuls, 2 stages of one device each.
+  Fixture f("mlp", 2048, "dgx-h100-1");
+  SimMetrics one = f.run(f.pipelined(2, 1, PipelineSchedule::OneFOneB, 1));
+  SimMetrics g8 = f.run(f.pipelined(2, 8, PipelineSchedule::GPipe, 1));
+  SimMetrics f8 = f.run(f.pipelined(2, 8, PipelineSchedule::OneFOneB, 1));
+  // With micro-batches the two stages overlap: faster than one batch at
+  // a time, whose stages take turns.
+  CHECK(f8.iterationTime < one.iterationTime);
+  CHECK(g8.iterationTime < one.iterationTime);
+  // 1F1B's first stage holds 2 micro-batches, GPipe's all 8.
+  auto saved = [](const SimMetrics &m, DeviceId d) {
+    return m.memory[d].saved;
+  };
+  CHECK(saved(g8, 0) == 4 * saved(f8, 0));
+  CHECK(saved(g8, 1) == 8 * saved(f8, 1));
+  CHECK(saved(one, 0) == saved(g8, 0));
+}
+
+TEST_CASE("gradient accumulation: one stage, m micro-batches, one sync",
+          "[Sim][pipeline]") {
+  Fixture f("lenet", 64, "dgx-h100-1");
+  Strategy s1 = f.pipelined(1, 1, PipelineSchedule::OneFOneB, 8);
+  Strategy s4 = f.pipelined(1, 4, PipelineSchedule::OneFOneB, 8);
+  auto t1 = TaskGraph::build(f.ctx, s1);
+  auto t4 = TaskGraph::build(f.ctx, s4);
+  REQUIRE(bool(t1));
+  REQUIRE(bool(t4));
+  CHECK(countKind(*t4, TaskKind::Forward) ==
+        4 * countKind(*t1, TaskKind::Forward));
+  // Weight gradients are summed over the micro-batches and synchronised
+  // once; the loss's partial sum is combined per micro-batch.
+  CHECK(countRole(*t4, CollectiveRole::WeightGrad) ==
+        countRole(*t1, CollectiveRole::WeightGrad));
+  CHECK(countRole(*t4, CollectiveRole::PartialSum) ==
+        4 * countRole(*t1, CollectiveRole::PartialSum));
+  CHECK(countKind(*t4, TaskKind::Update) == countKind(*t1, TaskKind::Update));
+  // Activations of one micro-batch at a time: a quarter.
+  CHECK(t4->memory()[0].saved * 4 == t1->memory()[0].saved);
+  CHECK(t4->memory()[0].weights == t1->memory()[0].weights);
+  // The schedule's gates: 2m - 1 between 2m items.
+  CHECK(countKind(*t4, TaskKind::Gate) == 7);
+  CHECK(countKind(*t1, TaskKind::Gate) == 0);
+}
+
+TEST_CASE("delta simulation equals full simulation under a pipeline",
+          "[Sim][pipeline]") {
+  for (auto sched : {PipelineSchedule::OneFOneB, PipelineSchedule::GPipe}) {
+    Fixture f("transformer_small", 32, "p100-4x4");
+    Strategy s = f.pipelined(4, 4, sched, 4);
+    auto tg = TaskGraph::build(f.ctx, s);
+    if (!tg)
+      FAIL(errorMessage(tg.takeError()));
+    Simulator sim(*tg);
+    sim.simulateFull();
+    Rng rng(7, "pipeline-delta");
+    for (int step = 0; step < 40; ++step) {
+      OpId o = OpId(rng.uniform(f.g->numOps()));
+      const OpSemantics &sem = f.g->op(o).sem;
+      int32_t st = s.pipeline.stage(o);
+      // A random split of the sample loop (dividing batch / m) and of one
+      // other loop, on the stage's devices.
+      OpConfig c = OpConfig::single(sem, DeviceId(st * 4));
+      int32_t ds = int32_t(1) << rng.uniform(3);
+      c.degree[0] = ds;
+      int64_t tiles = ds;
+      size_t l = 1 + rng.uniform(sem.loops.size() - 1);
+      if (l < sem.loops.size() && sem.loops[l].splittable && tiles < 4 &&
+          sem.loops[l].size % 2 == 0 &&
+          (sem.loops[l].size / 2) % sem.loops[l].granule == 0) {
+        c.degree[l] = 2;
+        tiles *= 2;
+      }
+      c.devices.clear();
+      for (int64_t k = 0; k < tiles; ++k)
+        c.devices.push_back(DeviceId(st * 4 + k));
+      auto t = sim.apply(o, c);
+      if (!t)
+        FAIL(errorMessage(t.takeError()));
+      bool undo = rng.uniform(2) == 0;
+      if (undo) {
+        REQUIRE(!sim.undo());
+        *t = sim.iterationTime();
+      } else {
+        s.configs[size_t(o)] = c;
+      }
+      auto fresh = TaskGraph::build(f.ctx, s);
+      if (!fresh)
+        FAIL(errorMessage(fresh.takeError()));
+      Simulator full(*fresh);
+      INFO("step " << step << " op " << f.g->op(o).name << " "
+                   << c.str(sem) << (undo ? " (undone)" : ""));
+      REQUIRE(*t == full.simulateFull());
+      for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
+        REQUIRE(tg->memory()[d].saved == fresh->memory()[d].saved);
+        REQUIRE(tg->memory()[d].buffers == fresh->memory()[d].buffers);
+        REQUIRE(tg->memory()[d].total() == fresh->memory()[d].total());
+      }
+    }
+  }
+}
+
+TEST_CASE("verifyStrategy refuses malformed pipelines", "[Sim][pipeline]") {
+  Fixture f("mlp_small", 64, "dgx-h100-1");
+  auto error = [&](const Strategy &s) {
+    llvm::Error e = verifyStrategy(s, *f.g, f.topo);
+    return e ? errorMessage(std::move(e)) : std::string();
+  };
+  Strategy s = f.pipelined(2, 4, PipelineSchedule::OneFOneB, 2);
+  CHECK(error(s).empty());
+  Strategy back = s;
+  std::swap(back.pipeline.stageOf[0], back.pipeline.stageOf[5]);
+  CHECK_THAT(error(back), Catch::Contains("of the later stage 1; stages must "
+                                          "be contiguous"));
+  Strategy overlap = s;
+  overlap.configs[5].devices = {0, 1};
+  CHECK_THAT(error(overlap),
+             Catch::Contains("device 0 is in pipeline stages 0 and 1"));
+  Strategy divide = s;
+  divide.pipeline.microBatches = 3;
+  CHECK_THAT(error(divide),
+             Catch::Contains("3 micro-batches x degree 2 do not divide its "
+                             "sample loop 'm' of 64"));
+  Strategy gap = s;
+  for (int32_t &st : gap.pipeline.stageOf)
+    st = st == 1 ? 2 : st;
+  CHECK_THAT(error(gap), Catch::Contains("pipeline stage 1 has no ops"));
+}

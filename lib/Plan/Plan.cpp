@@ -31,13 +31,15 @@ bool PlanFigures::operator==(const PlanFigures &o) const {
 
 bool PlanOp::operator==(const PlanOp &o) const {
   return name == o.name && kind == o.kind && loops == o.loops &&
-         replicas == o.replicas && devices == o.devices;
+         replicas == o.replicas && devices == o.devices && stage == o.stage;
 }
 
 bool Plan::operator==(const Plan &o) const {
   return inputs == o.inputs && numOps == o.numOps &&
          topologyName == o.topologyName && numDevices == o.numDevices &&
-         deviceType == o.deviceType && figures == o.figures && ops == o.ops;
+         deviceType == o.deviceType && figures == o.figures &&
+         microBatches == o.microBatches && schedule == o.schedule &&
+         ops == o.ops;
 }
 
 PlanFigures planFigures(const SimMetrics &m, int64_t batch,
@@ -69,6 +71,8 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
   p.numDevices = static_cast<int64_t>(topo.numDevices());
   p.deviceType = topo.deviceSpec().name.str();
   p.figures = std::move(figures);
+  p.microBatches = s.pipeline.microBatches;
+  p.schedule = s.pipeline.schedule;
   for (const Op &op : g.ops()) {
     const OpConfig &c = s.configs[op.id];
     assert(c.degree.size() == op.sem.loops.size() && "unverified strategy");
@@ -80,6 +84,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
         po.loops[op.sem.loops[l].name] = c.degree[l];
     po.replicas = c.replicas;
     po.devices = c.devices;
+    po.stage = s.pipeline.stage(op.id);
     p.ops.push_back(std::move(po));
   }
   return p;
@@ -88,7 +93,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
 Json planToJson(const Plan &p) {
   Json j = Json::object();
   j["format"] = "soapc-plan";
-  j["version"] = 1;
+  j["version"] = kPlanVersion;
   j["model"] = {{"path", p.inputs.modelPath},
                 {"sha256", p.inputs.modelSha256},
                 {"batch", p.inputs.batch},
@@ -113,6 +118,12 @@ Json planToJson(const Plan &p) {
                     {"transfer_bytes", f.transferBytes},
                     {"collective_bytes", f.collectiveBytes},
                     {"speedup_over_data_parallel", f.speedupOverDataParallel}};
+  int32_t stages = 1;
+  for (const PlanOp &po : p.ops)
+    stages = std::max(stages, po.stage + 1);
+  j["pipeline"] = {{"micro_batches", p.microBatches},
+                   {"schedule", scheduleName(p.schedule).str()},
+                   {"stages", stages}};
   Json ops = Json::array();
   for (const PlanOp &po : p.ops) {
     Json loops = Json::object();
@@ -122,7 +133,8 @@ Json planToJson(const Plan &p) {
                    {"kind", po.kind},
                    {"loops", std::move(loops)},
                    {"replicas", po.replicas},
-                   {"devices", po.devices}});
+                   {"devices", po.devices},
+                   {"stage", po.stage}});
   }
   j["ops"] = std::move(ops);
   return j;
@@ -168,6 +180,7 @@ private:
   llvm::Expected<PlanOp> parseOp(const Json &o, llvm::StringRef ptr) const;
 
   JsonReader r_;
+  int64_t version_ = kPlanVersion;
 };
 
 } // namespace
@@ -349,7 +362,8 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
   if (!o.is_object())
     return r_.error(ptr, "expected an object");
   if (auto err =
-          knownKeys(o, ptr, {"op", "kind", "loops", "replicas", "devices"}))
+          knownKeys(o, ptr,
+                    {"op", "kind", "loops", "replicas", "devices", "stage"}))
     return err;
   PlanOp po;
   SOAP_PLAN_TRY(name, r_.string(o, ptr, "op"));
@@ -370,6 +384,12 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
   SOAP_PLAN_TRY(rep, integerIn(*replicas, jsonPointer(ptr, "replicas"), 1,
                                std::numeric_limits<int32_t>::max()));
   po.replicas = static_cast<int32_t>(rep);
+  if (version_ >= 2) {
+    SOAP_PLAN_TRY(stage, r_.integer(o, ptr, "stage", 0));
+    if (stage > std::numeric_limits<int32_t>::max())
+      return r_.error(jsonPointer(ptr, "stage"), "stage out of range");
+    po.stage = static_cast<int32_t>(stage);
+  }
   SOAP_PLAN_TRY(devices, r_.array(o, ptr, "devices"));
   std::string devPtr = jsonPointer(ptr, "devices");
   if (devices->empty())
@@ -387,19 +407,41 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     return r_.error("", "expected an object");
   if (auto err = knownKeys(j, "",
                            {"$schema", "format", "version", "model", "topology",
-                            "search", "predicted", "ops"}))
+                            "search", "predicted", "pipeline", "ops"}))
     return err;
   SOAP_PLAN_TRY(format, r_.string(j, "", "format"));
   if (format != "soapc-plan")
     return r_.error("/format",
                     fmt::format("expected \"soapc-plan\", got \"{}\"", format));
   SOAP_PLAN_TRY(version, r_.integer(j, "", "version"));
-  if (version != 1)
+  if (version < 1 || version > kPlanVersion)
     return r_.error("/version",
                     fmt::format("unsupported plan version {} (this soapc "
-                                "reads version 1)",
-                                version));
+                                "reads versions 1 to {})",
+                                version, kPlanVersion));
+  version_ = version;
   Plan p;
+  // Version 1 plans had no pipeline: one stage, one micro-batch.
+  if (version >= 2) {
+    SOAP_PLAN_TRY(pipe, r_.object(j, "", "pipeline"));
+    if (auto err = knownKeys(*pipe, "/pipeline",
+                             {"micro_batches", "schedule", "stages"}))
+      return err;
+    SOAP_PLAN_TRY(m, r_.integer(*pipe, "/pipeline", "micro_batches", 1));
+    if (m > std::numeric_limits<int32_t>::max())
+      return r_.error("/pipeline/micro_batches", "out of range");
+    p.microBatches = static_cast<int32_t>(m);
+    SOAP_PLAN_TRY(sched, r_.string(*pipe, "/pipeline", "schedule"));
+    auto sc = parseSchedule(sched);
+    if (!sc)
+      return r_.error("/pipeline/schedule",
+                      fmt::format("unknown schedule \"{}\"; expected "
+                                  "\"1f1b\" or \"gpipe\"",
+                                  sched));
+    p.schedule = *sc;
+  } else if (j.contains("pipeline")) {
+    return r_.error("/pipeline", "a version 1 plan has no pipeline");
+  }
   if (auto err = parseModel(j, p))
     return err;
   if (auto err = parseTopology(j, p))
@@ -423,6 +465,17 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
   if (static_cast<int64_t>(p.ops.size()) != p.numOps)
     return r_.error("/ops", fmt::format("{} ops listed, /model/ops says {}",
                                         p.ops.size(), p.numOps));
+  if (version >= 2) {
+    int64_t stages = 1;
+    for (const PlanOp &po : p.ops)
+      stages = std::max<int64_t>(stages, po.stage + 1);
+    SOAP_PLAN_TRY(declared,
+                  r_.integer(j["pipeline"], "/pipeline", "stages", 1));
+    if (declared != stages)
+      return r_.error("/pipeline/stages",
+                      fmt::format("{} stages declared, the ops use {}",
+                                  declared, stages));
+  }
   return p;
 }
 

@@ -51,6 +51,24 @@ opConfig(const PlanOp &po, const Op &op, const Topology &topo,
   return c;
 }
 
+/// The plan's pipeline on `s` (whose configs are set): stages by op name.
+void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
+  s.pipeline = Pipeline();
+  s.pipeline.microBatches = p.microBatches;
+  s.pipeline.schedule = p.schedule;
+  bool staged = false;
+  for (const PlanOp &po : p.ops)
+    staged |= po.stage > 0;
+  if (!staged)
+    return;
+  s.pipeline.stageOf.assign(g.numOps(), 0);
+  for (const PlanOp &po : p.ops) {
+    OpId id = g.findOp(po.name);
+    if (id >= 0)
+      s.pipeline.stageOf[size_t(id)] = po.stage;
+  }
+}
+
 } // namespace
 
 llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
@@ -90,6 +108,10 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
       return inputError("{}: /ops: op '{}' ({}) of the model {} is missing "
                         "from the plan",
                         planPath.str(), op.name, op.kind, g.sourcePath);
+  setPipeline(p, g, s);
+  if (auto err = verifyPipeline(s, g))
+    return inputError("{}: /pipeline: {}", planPath.str(),
+                      errorMessage(std::move(err)));
   return s;
 }
 
@@ -113,6 +135,9 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                     batch));
 
   std::vector<bool> inPlan(g.numOps(), false);
+  Strategy whole;
+  whole.configs.resize(g.numOps());
+  size_t valid = 0;
   for (const PlanOp &po : p.ops) {
     OpId id = g.findOp(po.name);
     if (id < 0) {
@@ -130,13 +155,24 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
     auto c = opConfig(po, op, topo, [&](const std::string &) {
       return fmt::format("op '{}'", po.name);
     });
-    if (!c)
+    if (!c) {
       add(errorMessage(c.takeError()));
+      continue;
+    }
+    whole.configs[size_t(id)] = std::move(*c);
+    ++valid;
   }
   for (const Op &op : g.ops())
     if (!inPlan[op.id])
       add(fmt::format("op '{}' ({}) of the model is not in the plan", op.name,
                       op.kind));
+  // The pipeline, once every op has a valid configuration: stages
+  // contiguous, device groups disjoint, micro-batches dividing the batch.
+  if (valid == g.numOps()) {
+    setPipeline(p, g, whole);
+    if (auto err = verifyPipeline(whole, g))
+      add(errorMessage(std::move(err)));
+  }
 
   if (resimulated && !resimulated->fits) {
     const SimMetrics &m = *resimulated;

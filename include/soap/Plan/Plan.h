@@ -62,6 +62,9 @@ PlanFigures planFigures(const SimMetrics &m, int64_t batch,
 
 /// One op's configuration by names, so a plan survives re-import (op ids are
 /// positions and could shift) and reads well.
+/// The plan format this soapc writes; it reads 1 (no pipeline) to this.
+constexpr int64_t kPlanVersion = 2;
+
 struct PlanOp {
   std::string name;
   std::string kind;
@@ -69,6 +72,7 @@ struct PlanOp {
   std::map<std::string, int32_t> loops;
   int32_t replicas = 1;
   std::vector<DeviceId> devices;
+  int32_t stage = 0; ///< its pipeline stage (version 2)
 
   bool operator==(const PlanOp &o) const;
 };
@@ -82,6 +86,9 @@ struct Plan {
   int64_t numDevices = 0;
   std::string deviceType;
   PlanFigures figures;
+  /// The pipeline (version 2; a version 1 plan reads as 1 and 1f1b).
+  int32_t microBatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   std::vector<PlanOp> ops; ///< in the graph's op order
 
   bool operator==(const Plan &o) const;

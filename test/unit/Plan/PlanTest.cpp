@@ -167,7 +167,7 @@ TEST_CASE("plans record ops by name, split loops only", "[Plan]") {
   Plan plan = makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo));
   Json j = planToJson(plan);
   CHECK(j["format"] == "soapc-plan");
-  CHECK(j["version"] == 1);
+  CHECK(j["version"] == 2);
   CHECK(j["model"]["ops"] == g->numOps());
   CHECK(j["topology"]["name"] == "p100-4x4");
   CHECK(j["topology"]["devices"] == 16);
@@ -274,9 +274,34 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     CHECK(parseError(j) ==
           "p.json: /format: expected \"soapc-plan\", got \"soapc-profile\"");
     j = good;
-    j["version"] = 2;
-    CHECK(parseError(j) == "p.json: /version: unsupported plan version 2 "
-                           "(this soapc reads version 1)");
+    j["version"] = 3;
+    CHECK(parseError(j) == "p.json: /version: unsupported plan version 3 "
+                           "(this soapc reads versions 1 to 2)");
+    // Version 1 (no pipeline) is read as one stage, one micro-batch.
+    j = good;
+    j["version"] = 1;
+    j.erase("pipeline");
+    for (Json &o : j["ops"])
+      o.erase("stage");
+    auto v1 = planFromJson(j, "p.json");
+    REQUIRE(bool(v1));
+    CHECK(v1->microBatches == 1);
+    CHECK(v1->ops[0].stage == 0);
+    j["pipeline"] = good["pipeline"];
+    CHECK(parseError(j) == "p.json: /pipeline: a version 1 plan has no "
+                           "pipeline");
+    j = good;
+    j["pipeline"]["schedule"] = "zb-h1";
+    CHECK(parseError(j) == "p.json: /pipeline/schedule: unknown schedule "
+                           "\"zb-h1\"; expected \"1f1b\" or \"gpipe\"");
+    j = good;
+    j["pipeline"]["stages"] = 2;
+    CHECK(parseError(j) == "p.json: /pipeline/stages: 2 stages declared, the "
+                           "ops use 1");
+    j = good;
+    j["pipeline"]["micro_batches"] = 0;
+    CHECK(parseError(j) ==
+          "p.json: /pipeline/micro_batches: must be at least 1, got 0");
     j = good;
     j["ops"][0]["replica"] = 1;
     CHECK(parseError(j) == "p.json: /ops/0/replica: unknown field");

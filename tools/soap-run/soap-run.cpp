@@ -149,7 +149,7 @@ static llvm::Error run(Comm &comm) {
     return inputError("{}: /pipeline: soap-run does not run pipelined plans "
                       "yet ({} micro-batches, {} stages); soapc simulate "
                       "predicts them",
-                      planPath.str(), strategy->pipeline.microBatches,
+                      planPath.getValue(), strategy->pipeline.microBatches,
                       strategy->pipeline.numStages());
   if (auto err = checkExecutable(*graph))
     return err;

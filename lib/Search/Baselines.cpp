@@ -3,9 +3,11 @@
 // every searcher is compared to.
 #include "ConfigCost.h"
 #include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Parallel/Megatron.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include <optional>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -69,6 +71,63 @@ public:
 private:
   std::string name_;
 };
+
+/// Megatron-LM's hand-written plan, tuned as its users tune it: every
+/// tensor-parallel degree t that divides a node's GPUs (powers of two) and
+/// every stage count p that divides the nodes, each with 1F1B and m = 4p;
+/// the fastest that fits.
+class MegatronSearcher : public Searcher {
+public:
+  llvm::Expected<SearchResult> search(const SearchProblem &p,
+                                      const SearchOptions &o) override {
+    size_t nodes = std::max<size_t>(1, p.topo.numNodes());
+    int32_t perNode = int32_t(p.topo.numDevices() / nodes);
+    std::optional<SearchResult> best;
+    std::string lastError;
+    for (int32_t t = 1; t <= perNode; t *= 2) {
+      if (perNode % t != 0)
+        continue;
+      for (int32_t stages = 1; size_t(stages) <= nodes; stages *= 2) {
+        if (nodes % size_t(stages) != 0)
+          continue;
+        if (o.pastDeadline())
+          break;
+        auto s = megatronStrategy(p.graph, p.topo, {t, stages, 0});
+        if (!s) {
+          lastError = errorMessage(s.takeError());
+          continue;
+        }
+        auto e = evaluate(p, *s);
+        if (!e)
+          return e.takeError();
+        ++tried_;
+        spdlog::info("megatron: t={} p={} m={}: {:.3f} ms{}", t, stages,
+                     s->pipeline.microBatches, e->first * 1e3,
+                     e->second ? "" : " (does not fit)");
+        if (e->second && (!best || e->first < best->iterationTime)) {
+          best = SearchResult();
+          best->strategy = std::move(*s);
+          best->iterationTime = e->first;
+        }
+      }
+    }
+    if (!best) {
+      if (o.pastDeadline())
+        return llvm::make_error<DeadlineExceeded>("megatron");
+      return makeError(ExitCode::Infeasible,
+                       "{}: no Megatron shape (tensor x pipeline) fits in "
+                       "device memory{}",
+                       p.graph.sourcePath,
+                       lastError.empty() ? "" : "; last: " + lastError);
+    }
+    best->proposals = tried_;
+    best->timedOut = o.pastDeadline();
+    return std::move(*best);
+  }
+
+private:
+  uint64_t tried_ = 0;
+};
 } // namespace
 
 void registerBaselineSearchers(SearcherRegistry &r) {
@@ -82,6 +141,11 @@ void registerBaselineSearchers(SearcherRegistry &r) {
          "every op split over all devices, each at the split whose busiest "
          "device works least (with its weight all-reduce)",
          [] { return std::make_unique<BuiltinSearcher>("balanced"); }});
+  r.add({"megatron",
+         "Megatron-LM by hand: tensor parallel in a node (column/row "
+         "splits), pipeline stages across nodes, data parallel over the "
+         "rest, 1F1B with 4 micro-batches per stage; the best t x p",
+         [] { return std::make_unique<MegatronSearcher>(); }});
   r.add({"expert",
          "expert-designed: Krizhevsky's one weird trick for CNNs, GNMT's "
          "layer-per-GPU for RNNs, else data parallel",

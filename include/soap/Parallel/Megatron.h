@@ -1,0 +1,35 @@
+// The hand-written plan of Megatron-LM (Shoeybi et al. 2019, Narayanan et
+// al. SC21), as a user writes it for soapc's graphs: tensor parallelism of
+// degree t inside a node (the column split of a weight matmul whose input is
+// whole, the row split of one whose input is split by the previous column
+// split, ops between them split along the same tensor dim, everything else
+// replicated over the t ranks), pipeline stages of about equal forward FLOPs
+// on consecutive groups of nodes, data parallelism over the rest, and 1F1B
+// with m = 4 x stages micro-batches (fewer where the batch does not divide).
+#ifndef SOAP_PARALLEL_MEGATRON_H
+#define SOAP_PARALLEL_MEGATRON_H
+
+#include "soap/Parallel/Strategy.h"
+
+namespace soap {
+
+struct MegatronShape {
+  int32_t tensor = 1;   ///< t: ranks of a tensor-parallel group, in a node
+  int32_t pipeline = 1; ///< p: stages
+  /// m; 0: 4 x stages, halved until it divides the batch.
+  int32_t microBatches = 0;
+};
+
+/// The Megatron strategy of `shape` for `g` on `topo`. Errors (exit 2) when
+/// the shape does not fit the topology (t must divide the GPUs of a node,
+/// t x p the devices) or the batch cannot be split d ways.
+llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
+                                          const MegatronShape &shape);
+
+/// The ops' stages for `stages` contiguous stages of about equal forward
+/// FLOPs, in op (topological) order.
+std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);
+
+} // namespace soap
+
+#endif // SOAP_PARALLEL_MEGATRON_H

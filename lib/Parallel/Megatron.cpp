@@ -1,0 +1,229 @@
+// Megatron-LM's hand-written plan (include/soap/Parallel/Megatron.h): the
+// tensor-parallel split is found by following which tensor dim of each value
+// is split t ways, op by op in topological order, through the ops' index
+// maps (so it needs no knowledge of "attention" or "MLP": the column split
+// of the first weight matmul makes its output split on the hidden dim, the
+// ops that index that dim keep it split, and the weight matmul that reduces
+// over it is split by rows, whose partial sums are all-reduced).
+#include "soap/Parallel/Megatron.h"
+
+#include "soap/Support/Error.h"
+#include <algorithm>
+
+namespace soap {
+
+namespace {
+
+/// The map dim that carries tensor dim `d` (for a view, the leading view
+/// dim of the group that multiplies to it), or -1.
+int mapDimOf(const TensorMap &m, const std::vector<int64_t> &tensor, int d) {
+  if (!m.isView)
+    return d < int(m.dims.size()) ? d : -1;
+  size_t v = 0;
+  for (size_t t = 0; t < tensor.size(); ++t) {
+    size_t first = v;
+    int64_t prod = 1;
+    while (v < m.shape.size() && prod < tensor[t])
+      prod *= m.shape[v++];
+    if (int(t) == d)
+      return prod == tensor[t] && v > first ? int(first) : -1;
+  }
+  return -1;
+}
+
+/// The tensor dim whose leading map dim is `md` (the inverse of mapDimOf),
+/// or -1.
+int tensorDimOf(const TensorMap &m, const std::vector<int64_t> &tensor,
+                int md) {
+  for (size_t d = 0; d < tensor.size(); ++d)
+    if (mapDimOf(m, tensor, int(d)) == md)
+      return int(d);
+  return -1;
+}
+
+/// The loop that leads map dim `md` (the term of the largest stride, e.g.
+/// the head loop of a Reshape's [heads, head dim] group): splitting it
+/// splits the dim into contiguous parts. -1 when none or tied.
+int loopOf(const TensorMap &m, int md) {
+  if (md < 0 || md >= int(m.dims.size()) || m.dims[size_t(md)].full)
+    return -1;
+  int loop = -1;
+  int64_t most = 0;
+  bool tie = false;
+  for (const IndexTerm &t : m.dims[size_t(md)].terms) {
+    int64_t c = t.coeff < 0 ? -t.coeff : t.coeff;
+    if (c > most) {
+      most = c;
+      loop = t.loop;
+      tie = false;
+    } else if (c == most && c != 0) {
+      tie = true;
+    }
+  }
+  return tie ? -1 : loop;
+}
+
+/// The map dim that loop `l` indexes, or -1.
+int dimOfLoop(const TensorMap &m, int l) {
+  for (size_t d = 0; d < m.dims.size(); ++d)
+    if (loopOf(m, int(d)) == l)
+      return int(d);
+  return -1;
+}
+
+int sampleLoopOf(const OpSemantics &sem) {
+  for (size_t l = 0; l < sem.loops.size(); ++l)
+    if (sem.loops[l].cls == DimClass::Sample)
+      return int(l);
+  return -1;
+}
+
+bool divides(const LoopDim &l, int64_t parts) {
+  return l.splittable && l.size % parts == 0 &&
+         (l.size / parts) % l.granule == 0;
+}
+
+/// The loop op `o` splits t ways and the tensor dim of its first output
+/// that is then split (-1: whole), given which dim of each value is split.
+std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
+                                const std::vector<int> &splitDim, int32_t t) {
+  const OpSemantics &sem = op.sem;
+  auto outDim = [&](int l) {
+    if (op.outputs.empty() || op.outputs[0] == kNoValue)
+      return -1;
+    const TensorMap &om = sem.outputs[0];
+    return tensorDimOf(om, g.value(op.outputs[0]).shape.dims,
+                       dimOfLoop(om, l));
+  };
+  auto isWeight = [&](size_t i) {
+    return std::find(sem.weightInputs.begin(), sem.weightInputs.end(),
+                     int(i)) != sem.weightInputs.end();
+  };
+  // The loop that indexes a split input's split dim.
+  int fromInput = -1;
+  for (size_t i = 0; i < op.inputs.size() && fromInput < 0; ++i) {
+    ValueId v = op.inputs[i];
+    if (v == kNoValue || isWeight(i) || splitDim[size_t(v)] < 0 ||
+        !sem.inputs[i].present)
+      continue;
+    int l = loopOf(sem.inputs[i],
+                   mapDimOf(sem.inputs[i], g.value(v).shape.dims,
+                            splitDim[size_t(v)]));
+    if (l >= 0 && divides(sem.loops[size_t(l)], t) &&
+        !sem.loops[size_t(l)].statReduced)
+      fromInput = l;
+  }
+  bool weightMatmul = !sem.weightInputs.empty() &&
+                      (op.kind == "MatMul" || op.kind == "Gemm");
+  if (!weightMatmul)
+    return fromInput >= 0 ? std::make_pair(fromInput, outDim(fromInput))
+                          : std::make_pair(-1, -1);
+  // Row parallel: the input arrives split on the dim the matmul reduces.
+  if (fromInput >= 0 && sem.loops[size_t(fromInput)].cls == DimClass::Reduction)
+    return {fromInput, -1};
+  // Column parallel: split the weight's output features.
+  int w = sem.weightInputs[0];
+  const TensorMap &wm = sem.inputs[size_t(w)];
+  int l = loopOf(wm, int(wm.dims.size()) - 1);
+  if (l >= 0 && divides(sem.loops[size_t(l)], t) && outDim(l) >= 0)
+    return {l, outDim(l)};
+  return {-1, -1};
+}
+
+} // namespace
+
+std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
+  std::vector<double> flops;
+  double total = 0;
+  for (const Op &op : g.ops()) {
+    flops.push_back(op.sem.tileFlops(Pass::Forward, op.sem.fullTile()));
+    total += flops.back();
+  }
+  std::vector<int32_t> stageOf(g.numOps(), 0);
+  double before = 0;
+  size_t n = g.numOps();
+  for (size_t i = 0; i < n; ++i) {
+    // The stage of the op's FLOP midpoint, kept non-decreasing and leaving
+    // at least one op for each later stage.
+    double mid = total > 0 ? (before + flops[i] / 2) / total : double(i) / n;
+    int32_t s = std::min<int32_t>(stages - 1, int32_t(mid * stages));
+    if (i > 0)
+      s = std::max(s, stageOf[i - 1]);
+    s = std::min<int32_t>(s, int32_t(i));
+    s = std::max<int32_t>(s, stages - int32_t(n - i));
+    stageOf[i] = s;
+    before += flops[i];
+  }
+  return stageOf;
+}
+
+llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
+                                          const MegatronShape &shape) {
+  int64_t devices = int64_t(topo.numDevices());
+  int64_t perNode = devices / int64_t(std::max<size_t>(1, topo.numNodes()));
+  int32_t t = shape.tensor, p = shape.pipeline;
+  if (t < 1 || p < 1 || perNode % t != 0 || devices % (int64_t(t) * p) != 0)
+    return inputError("megatron: tensor parallel {} x pipeline {} does not "
+                      "fit {} devices of {} per node",
+                      t, p, devices, perNode);
+  if (size_t(p) > g.numOps())
+    return inputError("megatron: {} stages for {} ops", p, g.numOps());
+  int64_t d = devices / (int64_t(t) * p); // data-parallel degree
+  // m: 4 x stages (1 without a pipeline), halved until every sample loop
+  // divides into m x d.
+  int32_t m = shape.microBatches > 0 ? shape.microBatches
+                                     : (p > 1 ? 4 * p : 1);
+  auto fits = [&](int32_t mm) {
+    for (const Op &op : g.ops()) {
+      int s = sampleLoopOf(op.sem);
+      if (s < 0 || !divides(op.sem.loops[size_t(s)], int64_t(mm) * d))
+        return false;
+    }
+    return true;
+  };
+  while (m > 1 && !fits(m))
+    m = shape.microBatches > 0 ? 0 : m / 2;
+  if (m < 1 || !fits(m))
+    return inputError("megatron: the batch does not split into {} "
+                      "data-parallel groups x {} micro-batches",
+                      d, std::max(m, 1));
+
+  Strategy s;
+  s.pipeline.microBatches = m;
+  s.pipeline.schedule = PipelineSchedule::OneFOneB;
+  if (p > 1)
+    s.pipeline.stageOf = balancedStages(g, p);
+  std::vector<int> splitDim(g.numValues(), -1);
+  for (const Op &op : g.ops()) {
+    const OpSemantics &sem = op.sem;
+    auto [tl, od] = t > 1 ? tensorSplit(g, op, splitDim, t)
+                          : std::make_pair(-1, -1);
+    if (!op.outputs.empty() && op.outputs[0] != kNoValue)
+      splitDim[size_t(op.outputs[0])] = od;
+    int sl = sampleLoopOf(sem);
+    OpConfig c = OpConfig::single(sem, 0);
+    c.degree[size_t(sl)] = int32_t(d);
+    if (tl >= 0)
+      c.degree[size_t(tl)] = t;
+    else
+      c.replicas = t; // replicated over the tensor-parallel group
+    DeviceId base = DeviceId(s.pipeline.stage(op.id) * d * t);
+    c.devices.assign(size_t(c.numTasks()), 0);
+    for (int64_t k = 0; k < c.numTiles(); ++k) {
+      Box b = c.tile(sem, k);
+      int64_t si = b.lo[size_t(sl)] / (sem.loops[size_t(sl)].size / d);
+      for (int32_t r = 0; r < c.replicas; ++r) {
+        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] /
+                                   (sem.loops[size_t(tl)].size / t)
+                             : r;
+        c.devices[size_t(k * c.replicas + r)] = base + DeviceId(si * t + ti);
+      }
+    }
+    s.configs.push_back(std::move(c));
+  }
+  if (auto err = verifyStrategy(s, g, topo))
+    return llvm::Error(std::move(err));
+  return s;
+}
+
+} // namespace soap

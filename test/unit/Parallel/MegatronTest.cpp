@@ -1,0 +1,76 @@
+// Megatron-LM's hand-written plan: the column and row splits found through
+// the index maps, replicas elsewhere, stages of equal FLOPs, 1F1B.
+#include "../TestInputs.h"
+
+#include "soap/Parallel/Megatron.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+using namespace soap::test;
+
+namespace {
+std::string configOf(const Graph &g, const Strategy &s, const char *name) {
+  OpId o = g.findOp(name);
+  REQUIRE(o >= 0);
+  return s.configs[size_t(o)].str(g.op(o).sem);
+}
+} // namespace
+
+TEST_CASE("megatron splits attention and MLP by columns then rows",
+          "[Parallel][megatron]") {
+  auto g = zooModel("transformer_small", 64);
+  Topology topo = exampleTopology("dgx-h100-1");
+  auto s = megatronStrategy(*g, topo, {2, 1, 0});
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  // Attention: Q, K and V by columns (heads), the heads' ops on their
+  // head loop, the output projection by rows; the MLP likewise.
+  CHECK(configOf(*g, *s, "/layers.0/attn/query/MatMul") == "b0=4 n=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/Reshape") == "d0=4 d2=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/Softmax") == "d0=4 d1=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/proj/MatMul") == "b0=4 k=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/ffn_in/MatMul") == "b0=4 n=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/Erf") == "d0=4 d2=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/ffn_out/MatMul") == "b0=4 k=2 @0-7");
+  // Between the blocks: replicated over the tensor-parallel pair.
+  CHECK(configOf(*g, *s, "/layers.0/ln1/LayerNormalization") ==
+        "d0=4 x2 @0-7");
+  CHECK(s->pipeline.microBatches == 1);
+  CHECK(!s->pipeline.active());
+  // Two heads cannot be split four ways: the attention stays replicated.
+  auto s4 = megatronStrategy(*g, topo, {4, 1, 0});
+  REQUIRE(bool(s4));
+  CHECK(configOf(*g, *s4, "/layers.0/attn/Softmax") == "d0=2 x4 @0-7");
+  CHECK(configOf(*g, *s4, "/layers.0/ffn_out/MatMul") == "b0=2 k=4 @0-7");
+}
+
+TEST_CASE("megatron's stages have equal FLOPs, on consecutive nodes",
+          "[Parallel][megatron]") {
+  auto g = zooModel("transformer", 64);
+  Topology topo = exampleTopology("dgx-h100-8");
+  auto s = megatronStrategy(*g, topo, {8, 4, 0});
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  CHECK(s->pipeline.numStages() == 4);
+  CHECK(s->pipeline.microBatches == 16);
+  CHECK(s->pipeline.schedule == PipelineSchedule::OneFOneB);
+  std::vector<double> flops(4, 0);
+  for (const Op &op : g->ops()) {
+    int32_t st = s->pipeline.stage(op.id);
+    flops[size_t(st)] += op.sem.tileFlops(Pass::Forward, op.sem.fullTile());
+    // Stage st on nodes 2st and 2st + 1: devices 16 st .. 16 st + 15.
+    for (DeviceId d : s->configs[size_t(op.id)].devices) {
+      CHECK(d >= DeviceId(16 * st));
+      CHECK(d < DeviceId(16 * st + 16));
+    }
+  }
+  double total = flops[0] + flops[1] + flops[2] + flops[3];
+  for (double f : flops)
+    CHECK(f == Approx(total / 4).epsilon(0.1));
+  // A shape the topology cannot hold.
+  auto bad = megatronStrategy(*g, topo, {16, 1, 0});
+  REQUIRE(!bad);
+  CHECK(errorMessage(bad.takeError()) ==
+        "megatron: tensor parallel 16 x pipeline 1 does not fit 64 devices "
+        "of 8 per node");
+}

@@ -132,6 +132,45 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
 
 } // namespace
 
+std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
+                                           int64_t d) {
+  std::vector<OpConfig> configs;
+  std::vector<int> splitDim(g.numValues(), -1);
+  for (const Op &op : g.ops()) {
+    const OpSemantics &sem = op.sem;
+    auto [tl, od] = t > 1 ? tensorSplit(g, op, splitDim, t)
+                          : std::make_pair(-1, -1);
+    if (!op.outputs.empty() && op.outputs[0] != kNoValue)
+      splitDim[size_t(op.outputs[0])] = od;
+    int sl = sampleLoopOf(sem);
+    OpConfig c = OpConfig::single(sem, 0);
+    bool dataSplit = sl >= 0 && divides(sem.loops[size_t(sl)], d);
+    if (dataSplit)
+      c.degree[size_t(sl)] = int32_t(d);
+    if (tl >= 0)
+      c.degree[size_t(tl)] = t;
+    // Replicated over the tensor-parallel group (and over the data-parallel
+    // one when the op has no sample loop to split).
+    c.replicas = (tl >= 0 ? 1 : t) * (dataSplit ? 1 : int32_t(d));
+    c.devices.assign(size_t(c.numTasks()), 0);
+    for (int64_t k = 0; k < c.numTiles(); ++k) {
+      Box b = c.tile(sem, k);
+      int64_t si =
+          dataSplit ? b.lo[size_t(sl)] / (sem.loops[size_t(sl)].size / d) : 0;
+      for (int32_t r = 0; r < c.replicas; ++r) {
+        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] /
+                                   (sem.loops[size_t(tl)].size / t)
+                             : r % t;
+        if (!dataSplit)
+          si = r / (tl >= 0 ? 1 : t);
+        c.devices[size_t(k * c.replicas + r)] = DeviceId(si * t + ti);
+      }
+    }
+    configs.push_back(std::move(c));
+  }
+  return configs;
+}
+
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
   std::vector<double> flops;
   double total = 0;
@@ -193,34 +232,10 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (p > 1)
     s.pipeline.stageOf = balancedStages(g, p);
-  std::vector<int> splitDim(g.numValues(), -1);
-  for (const Op &op : g.ops()) {
-    const OpSemantics &sem = op.sem;
-    auto [tl, od] = t > 1 ? tensorSplit(g, op, splitDim, t)
-                          : std::make_pair(-1, -1);
-    if (!op.outputs.empty() && op.outputs[0] != kNoValue)
-      splitDim[size_t(op.outputs[0])] = od;
-    int sl = sampleLoopOf(sem);
-    OpConfig c = OpConfig::single(sem, 0);
-    c.degree[size_t(sl)] = int32_t(d);
-    if (tl >= 0)
-      c.degree[size_t(tl)] = t;
-    else
-      c.replicas = t; // replicated over the tensor-parallel group
-    DeviceId base = DeviceId(s.pipeline.stage(op.id) * d * t);
-    c.devices.assign(size_t(c.numTasks()), 0);
-    for (int64_t k = 0; k < c.numTiles(); ++k) {
-      Box b = c.tile(sem, k);
-      int64_t si = b.lo[size_t(sl)] / (sem.loops[size_t(sl)].size / d);
-      for (int32_t r = 0; r < c.replicas; ++r) {
-        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] /
-                                   (sem.loops[size_t(tl)].size / t)
-                             : r;
-        c.devices[size_t(k * c.replicas + r)] = base + DeviceId(si * t + ti);
-      }
-    }
-    s.configs.push_back(std::move(c));
-  }
+  s.configs = megatronGroupConfigs(g, t, d);
+  for (const Op &op : g.ops())
+    for (DeviceId &dev : s.configs[size_t(op.id)].devices)
+      dev += DeviceId(s.pipeline.stage(op.id) * d * t);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

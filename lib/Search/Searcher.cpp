@@ -124,6 +124,7 @@ void registerBaselineSearchers(SearcherRegistry &r);
 void registerMcmcSearcher(SearcherRegistry &r);
 void registerExhaustiveSearcher(SearcherRegistry &r);
 void registerKCutsSearcher(SearcherRegistry &r);
+void registerPipelineSearcher(SearcherRegistry &r);
 void registerFtSearcher(SearcherRegistry &r);
 
 void registerAllSearchers() {
@@ -134,6 +135,7 @@ void registerAllSearchers() {
   registerMcmcSearcher(r);
   registerExhaustiveSearcher(r);
   registerKCutsSearcher(r);
+  registerPipelineSearcher(r);
   registerFtSearcher(r);
 }
 

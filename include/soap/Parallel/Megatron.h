@@ -26,6 +26,12 @@ struct MegatronShape {
 llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
                                           const MegatronShape &shape);
 
+/// Megatron's configuration of every op on one group of t x d devices,
+/// 0 .. t*d - 1: the tensor-parallel split (or replicas) over t adjacent
+/// devices, the sample loop split d ways (replicas where it cannot be).
+std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
+                                           int64_t d);
+
 /// The ops' stages for `stages` contiguous stages of about equal forward
 /// FLOPs, in op (topological) order.
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);

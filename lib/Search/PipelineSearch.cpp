@@ -1,0 +1,226 @@
+// The `pipeline` searcher (issue 16): Alpa's inter-operator pass over
+// soapc's space. For each stage count p (a power of two dividing the
+// devices, at most max(8, nodes)) the devices form p equal groups of consecutive ids; for each
+// intra-stage plan of such a group (SOYBEAN's k-cuts tiling on log2(group)
+// cuts, and Megatron's tensor x data split for every tensor degree that fits
+// a node) the op sequence is cut into p contiguous stages that minimise
+// Alpa's pipeline latency, the sum of the stage times plus (m - 1) times the
+// slowest: the sum is fixed, so this is the linear partition that minimises
+// the slowest stage, from each op's cost under that plan. Each candidate
+// (with m micro-batches, m in {p, 2p, 4p, 8p}, 1F1B) is then simulated and
+// the fastest that fits is kept.
+#include "ConfigCost.h"
+#include "KCuts.h"
+#include "soap/Parallel/Megatron.h"
+#include "soap/Search/Searcher.h"
+#include "soap/Support/Error.h"
+
+#include <limits>
+#include <optional>
+#include <spdlog/spdlog.h>
+
+namespace soap {
+
+namespace {
+
+struct IntraPlan {
+  std::string name;
+  std::vector<OpConfig> configs; ///< on devices 0 .. group - 1
+};
+
+/// Cuts ops 0..n-1 into `p` contiguous, non-empty stages whose slowest is
+/// as fast as can be (to 60 halvings of the bound); empty when impossible.
+std::vector<int32_t> cutStages(const std::vector<double> &cost, int32_t p) {
+  size_t n = cost.size();
+  std::vector<double> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i)
+    prefix[i + 1] = prefix[i] + cost[i];
+  auto span = [&](size_t a, size_t b) { return prefix[b] - prefix[a]; };
+  // Minimising the slowest stage (a linear partition): binary search over
+  // the bound with a greedy feasibility check, exact on the candidates.
+  auto partition = [&](double bound) -> std::optional<std::vector<size_t>> {
+    std::vector<size_t> starts{0};
+    size_t a = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (span(a, i + 1) > bound) {
+        if (i == a)
+          return std::nullopt; // one op alone exceeds it
+        a = i;
+        starts.push_back(i);
+      }
+    if (starts.size() > size_t(p))
+      return std::nullopt;
+    // Too few stages: split the largest stages further (every stage needs
+    // an op; splitting never raises the slowest).
+    while (starts.size() < size_t(p)) {
+      size_t best = 0, bestLen = 0;
+      for (size_t s = 0; s < starts.size(); ++s) {
+        size_t end = s + 1 < starts.size() ? starts[s + 1] : n;
+        if (end - starts[s] > bestLen) {
+          bestLen = end - starts[s];
+          best = s;
+        }
+      }
+      if (bestLen < 2)
+        return std::nullopt;
+      size_t end = best + 1 < starts.size() ? starts[best + 1] : n;
+      size_t mid = starts[best] + 1;
+      while (mid + 1 < end &&
+             span(starts[best], mid + 1) < span(mid + 1, end))
+        ++mid;
+      starts.insert(starts.begin() + long(best) + 1, mid);
+    }
+    return starts;
+  };
+  double lo = 0, hi = prefix[n];
+  for (double c : cost)
+    lo = std::max(lo, c);
+  std::vector<size_t> bestStarts;
+  for (int it = 0; it < 60; ++it) {
+    double mid = (lo + hi) / 2;
+    if (auto s = partition(mid)) {
+      hi = mid;
+      bestStarts = *s;
+    } else {
+      lo = mid;
+    }
+  }
+  if (bestStarts.empty()) {
+    auto s = partition(hi);
+    if (!s)
+      return {};
+    bestStarts = *s;
+  }
+  std::vector<int32_t> stageOf(n, 0);
+  for (size_t s = 0; s < bestStarts.size(); ++s) {
+    size_t end = s + 1 < bestStarts.size() ? bestStarts[s + 1] : n;
+    for (size_t i = bestStarts[s]; i < end; ++i)
+      stageOf[i] = int32_t(s);
+  }
+  return stageOf;
+}
+
+/// The intra-stage plans of a group of `group` devices (a power of two).
+std::vector<IntraPlan> intraPlans(const SearchProblem &p, size_t group,
+                                  int32_t perNode) {
+  std::vector<IntraPlan> plans;
+  int k = 0;
+  while ((size_t(1) << k) < group)
+    ++k;
+  kcuts::KCutsPlan kp = kcuts::kCuts(p.graph, k);
+  plans.push_back({"kcuts", kcuts::toStrategy(p.graph, kp).configs});
+  for (int32_t t = 1; size_t(t) <= group && t <= perNode; t *= 2) {
+    IntraPlan m{fmt::format("megatron t={}", t),
+                megatronGroupConfigs(p.graph, t, int64_t(group) / t)};
+    // k-cuts often is data parallelism, which is Megatron's t = 1.
+    bool seen = false;
+    for (const IntraPlan &q : plans)
+      seen |= q.configs == m.configs;
+    if (!seen)
+      plans.push_back(std::move(m));
+  }
+  return plans;
+}
+
+class PipelineSearcher : public Searcher {
+public:
+  llvm::Expected<SearchResult> search(const SearchProblem &p,
+                                      const SearchOptions &o) override {
+    if (auto err = o.validate())
+      return llvm::Error(std::move(err));
+    size_t devices = p.topo.numDevices();
+    size_t nodes = std::max<size_t>(1, p.topo.numNodes());
+    int32_t perNode = int32_t(devices / nodes);
+    std::optional<SearchResult> best;
+    uint64_t simulated = 0;
+    // Stages across nodes as Megatron places them, and up to 8 inside
+    // one: more stages than that only add bubbles at these batch sizes.
+    size_t maxStages = std::max<size_t>(8, nodes);
+    for (int32_t stages = 1; size_t(stages) <= std::min(devices, maxStages) &&
+                             size_t(stages) <= p.graph.numOps();
+         stages *= 2) {
+      size_t group = devices / size_t(stages);
+      if (devices % size_t(stages) != 0 || (group & (group - 1)) != 0)
+        continue;
+      if (o.pastDeadline())
+        break;
+      for (IntraPlan &plan : intraPlans(p, group, perNode)) {
+        // Each op's time on its group: its busiest device's forward and
+        // backward work.
+        std::vector<double> cost;
+        for (const Op &op : p.graph.ops()) {
+          auto cc = configCost(p, op, plan.configs[size_t(op.id)]);
+          if (!cc)
+            return cc.takeError();
+          cost.push_back(cc->busiest());
+        }
+        for (int32_t m : microBatchCounts(stages)) {
+          if (o.pastDeadline())
+            break;
+          Strategy s;
+          s.configs = plan.configs;
+          s.pipeline.microBatches = m;
+          s.pipeline.schedule = PipelineSchedule::OneFOneB;
+          if (stages > 1) {
+            s.pipeline.stageOf = cutStages(cost, stages);
+            if (s.pipeline.stageOf.empty())
+              continue;
+          }
+          for (const Op &op : p.graph.ops())
+            for (DeviceId &d : s.configs[size_t(op.id)].devices)
+              d += DeviceId(size_t(s.pipeline.stage(op.id)) * group);
+          if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
+            llvm::consumeError(std::move(err)); // m does not divide
+            continue;
+          }
+          auto e = evaluate(p, s);
+          if (!e)
+            return e.takeError();
+          ++simulated;
+          spdlog::info("pipeline: {} stages x {} ({}), m={}: {:.3f} ms{}",
+                       stages, group, plan.name, m, e->first * 1e3,
+                       e->second ? "" : " (does not fit)");
+          if (o.progress && best)
+            o.progress({best->iterationTime, simulated, 0, 0});
+          if (e->second && (!best || e->first < best->iterationTime)) {
+            best = SearchResult();
+            best->strategy = std::move(s);
+            best->iterationTime = e->first;
+          }
+        }
+      }
+    }
+    if (!best) {
+      if (o.pastDeadline())
+        return llvm::make_error<DeadlineExceeded>("pipeline");
+      return makeError(ExitCode::Infeasible,
+                       "{}: no pipeline of the candidates fits in device "
+                       "memory",
+                       p.graph.sourcePath);
+    }
+    best->proposals = simulated;
+    best->timedOut = o.pastDeadline();
+    return std::move(*best);
+  }
+
+private:
+  /// m: gradient accumulation (1, 2, 4) without stages; p, 2p, 4p, 8p with.
+  static std::vector<int32_t> microBatchCounts(int32_t stages) {
+    if (stages == 1)
+      return {1, 2, 4};
+    return {stages, 2 * stages, 4 * stages, 8 * stages};
+  }
+};
+
+} // namespace
+
+void registerPipelineSearcher(SearcherRegistry &r) {
+  r.add({"pipeline",
+         "Alpa's inter-op pass: stage counts x intra-stage plans (k-cuts, "
+         "Megatron tensor x data), stages cut by a DP on op costs, "
+         "micro-batches p..8p with 1F1B; the fastest simulated plan that "
+         "fits",
+         [] { return std::make_unique<PipelineSearcher>(); }});
+}
+
+} // namespace soap

@@ -208,10 +208,9 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   if (size_t(p) > g.numOps())
     return inputError("megatron: {} stages for {} ops", p, g.numOps());
   int64_t d = devices / (int64_t(t) * p); // data-parallel degree
-  // m: 4 x stages (1 without a pipeline), halved until every sample loop
-  // divides into m x d.
-  int32_t m = shape.microBatches > 0 ? shape.microBatches
-                                     : (p > 1 ? 4 * p : 1);
+  // m: 4 x stages (gradient accumulation over 4 without a pipeline),
+  // halved until every sample loop divides into m x d.
+  int32_t m = shape.microBatches > 0 ? shape.microBatches : 4 * p;
   auto fits = [&](int32_t mm) {
     for (const Op &op : g.ops()) {
       int s = sampleLoopOf(op.sem);

@@ -5,7 +5,8 @@
 // split, ops between them split along the same tensor dim, everything else
 // replicated over the t ranks), pipeline stages of about equal forward FLOPs
 // on consecutive groups of nodes, data parallelism over the rest, and 1F1B
-// with m = 4 x stages micro-batches (fewer where the batch does not divide).
+// with m = 4 x stages micro-batches (fewer where the batch does not divide;
+// without stages, gradient accumulation over 4).
 #ifndef SOAP_PARALLEL_MEGATRON_H
 #define SOAP_PARALLEL_MEGATRON_H
 

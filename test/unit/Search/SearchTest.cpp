@@ -103,7 +103,7 @@ TEST_CASE("unknown searchers are named with the registered ones",
   REQUIRE_FALSE(static_cast<bool>(r));
   CHECK(errorMessage(r.takeError()) ==
         "unknown searcher 'annealing'; the searchers are: balanced, data, exhaustive, "
-        "expert, ft, kcuts, mcmc, model");
+        "expert, ft, kcuts, mcmc, megatron, model, pipeline");
 }
 
 TEST_CASE("exhaustive search finds the brute-force optimum", "[Search]") {

@@ -8,10 +8,15 @@
 // each gets an equal share of the budget and stops early after no
 // improvement for half of its share.
 #include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Parallel/Megatron.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Rng.h"
+#include <algorithm>
 #include <chrono>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <cmath>
 #include <thread>
 
@@ -74,11 +79,12 @@ public:
                                   uint64_t proposalBudget,
                                   double secondsBudget) {
     SimContext ctx = p_.context();
-    auto tg = TaskGraph::build(ctx, initial);
-    if (!tg)
-      return tg.takeError();
-    Simulator sim(*tg);
-    Seconds cur = sim.simulateFull();
+    auto built = TaskGraph::build(ctx, initial);
+    if (!built)
+      return built.takeError();
+    auto tg = std::make_unique<TaskGraph>(std::move(*built));
+    auto sim = std::make_unique<Simulator>(*tg);
+    Seconds cur = sim->simulateFull();
     bool curFits = tg->fits();
     Bytes curPeak = peakMemory(*tg);
     ChainResult r;
@@ -109,6 +115,50 @@ public:
         break;
       if (secondsBudget > 0 && elapsed - lastImprovementAt > secondsBudget / 2)
         break;
+      // A pipelined strategy: one proposal in eight moves a stage boundary
+      // by one op or doubles or halves the micro-batches, simulated in
+      // full (the task graph's shape changes).
+      if (tg->strategy().pipeline.active() && rng.uniform(8) == 0) {
+        std::optional<Strategy> moved =
+            pipelineMove(tg->strategy(), rng);
+        if (!moved)
+          continue;
+        ++r.proposals;
+        auto nb = TaskGraph::build(ctx, *moved);
+        if (!nb) {
+          // A move the pipeline's constraints refuse: not a proposal.
+          llvm::consumeError(nb.takeError());
+          --r.proposals;
+          continue;
+        }
+        auto ntg = std::make_unique<TaskGraph>(std::move(*nb));
+        auto nsim = std::make_unique<Simulator>(*ntg);
+        Seconds t = nsim->simulateFull();
+        bool fits = ntg->fits();
+        Bytes peak = peakMemory(*ntg);
+        double u = rng.uniformReal();
+        bool accept = curFits ? fits && (t <= cur ||
+                                         u < std::exp(beta * (cur - t)))
+                              : fits || peak < curPeak;
+        if (accept) {
+          ++r.accepted;
+          tg = std::move(ntg);
+          sim = std::move(nsim);
+          cur = t;
+          curFits = fits;
+          curPeak = peak;
+          if (!fits) {
+            lastImprovement = n;
+            lastImprovementAt = elapsed;
+          } else if (cur < r.bestTime) {
+            r.bestTime = cur;
+            r.best = tg->strategy();
+            lastImprovement = n;
+            lastImprovementAt = elapsed;
+          }
+        }
+        continue;
+      }
       OpId op = static_cast<OpId>(rng.uniform(g.numOps()));
       OpConfig next;
       bool local = !neighbours_[op].empty() && rng.uniform(4) == 0;
@@ -123,13 +173,22 @@ public:
       }
       if (!local)
         next = space_.sample(op, rng);
+      // Under a pipeline an op stays on its stage's device group.
+      if (tg->strategy().pipeline.active() &&
+          !placeInStage(tg->strategy(), op, next))
+        continue;
       const OpConfig &old = tg->strategy().configs[op];
       if (next == old)
         continue;
       ++r.proposals;
-      auto t = sim.apply(op, next);
-      if (!t)
-        return t.takeError();
+      auto t = sim->apply(op, next);
+      if (!t) {
+        // A configuration the pipeline refuses (it would divide the
+        // micro-batch unevenly): not a proposal.
+        llvm::consumeError(t.takeError());
+        --r.proposals;
+        continue;
+      }
       bool fits = tg->fits();
       Bytes peak = peakMemory(*tg);
       double u = rng.uniformReal();
@@ -153,7 +212,7 @@ public:
           lastImprovement = n;
           lastImprovementAt = elapsed;
         }
-      } else if (auto err = sim.undo()) {
+      } else if (auto err = sim->undo()) {
         return llvm::Error(std::move(err));
       }
       if (o_.progress && (r.proposals & 255) == 0)
@@ -165,6 +224,79 @@ public:
   }
 
 private:
+  /// The device range [lo, hi] of each stage of `s`.
+  static std::vector<std::pair<DeviceId, DeviceId>>
+  stageGroups(const Strategy &s) {
+    std::vector<std::pair<DeviceId, DeviceId>> g(
+        size_t(s.pipeline.numStages()),
+        {std::numeric_limits<DeviceId>::max(), 0});
+    for (size_t o = 0; o < s.configs.size(); ++o) {
+      auto &r = g[size_t(s.pipeline.stage(OpId(o)))];
+      for (DeviceId d : s.configs[o].devices) {
+        r.first = std::min(r.first, d);
+        r.second = std::max(r.second, d);
+      }
+    }
+    return g;
+  }
+
+  /// Moves `c` (placed by the space on devices from 0) into op `o`'s stage
+  /// group; false when it has more tasks than the group has devices.
+  static bool placeInStage(const Strategy &s, OpId o, OpConfig &c) {
+    auto groups = stageGroups(s);
+    auto [lo, hi] = groups[size_t(s.pipeline.stage(o))];
+    DeviceId size = hi - lo + 1;
+    DeviceId first = *std::min_element(c.devices.begin(), c.devices.end());
+    DeviceId last = *std::max_element(c.devices.begin(), c.devices.end());
+    if (last - first + 1 > size)
+      return false;
+    // Keep the placement's offset within a group-sized window.
+    DeviceId shift = lo + (first % size) - first;
+    if ((first % size) + (last - first) >= size)
+      shift = lo - first;
+    for (DeviceId &d : c.devices)
+      d += shift;
+    return true;
+  }
+
+  /// A stage boundary moved by one op (the op's configuration moved to the
+  /// other stage's devices), or m doubled or halved.
+  std::optional<Strategy> pipelineMove(const Strategy &cur, Rng &rng) const {
+    Strategy s = cur;
+    Pipeline &pl = s.pipeline;
+    int32_t stages = pl.numStages();
+    if (stages == 1 || rng.uniform(3) == 0) {
+      if (rng.uniform(2) == 0)
+        pl.microBatches *= 2;
+      else if (pl.microBatches % 2 == 0)
+        pl.microBatches /= 2;
+      else
+        return std::nullopt;
+      return s;
+    }
+    int32_t b = int32_t(rng.uniform(size_t(stages - 1))); // b | b + 1
+    size_t n = s.configs.size();
+    // The last op of stage b, or the first of stage b + 1.
+    size_t last = 0;
+    while (last + 1 < n && pl.stageOf[last + 1] <= b)
+      ++last;
+    bool down = rng.uniform(2) == 0; // last op of b joins b + 1
+    size_t o = down ? last : last + 1;
+    int32_t from = pl.stageOf[o], to = down ? b + 1 : b;
+    auto groups = stageGroups(cur);
+    int64_t shift = int64_t(groups[size_t(to)].first) -
+                    int64_t(groups[size_t(from)].first);
+    pl.stageOf[o] = to;
+    for (DeviceId &d : s.configs[o].devices) {
+      int64_t nd = int64_t(d) + shift;
+      if (nd < int64_t(groups[size_t(to)].first) ||
+          nd > int64_t(groups[size_t(to)].second))
+        return std::nullopt;
+      d = DeviceId(nd);
+    }
+    return s;
+  }
+
   const SearchProblem &p_;
   const SearchOptions &o_;
   const ConfigSpace &space_;
@@ -200,6 +332,20 @@ public:
     for (const Op &op : g.ops())
       random.configs.push_back(space.sample(op.id, root));
     initial.push_back(std::move(random));
+    // Pipelined starts (issue 16): data parallelism inside stages of whole
+    // nodes, 4 micro-batches a stage, for the chain's stage and
+    // micro-batch moves to refine; and gradient accumulation.
+    size_t nodes = std::max<size_t>(1, p.topo.numNodes());
+    std::vector<int32_t> stageCounts{1};
+    if (nodes > 1)
+      stageCounts.push_back(int32_t(nodes));
+    for (int32_t stages : stageCounts) {
+      auto piped = megatronStrategy(g, p.topo, {1, stages, 0});
+      if (piped)
+        initial.push_back(std::move(*piped));
+      else
+        llvm::consumeError(piped.takeError());
+    }
     // Jobs: every initial candidate x chain, each with its own seed; the
     // result depends on the jobs, not on how threads run them.
     struct Job {

@@ -110,13 +110,16 @@ private:
       r.push_back(static_cast<int>(c.device(k, x)));
     return r;
   }
+  /// The current micro-batch's plan and tasks of op `o`.
+  const OpPlan &plan(OpId o) const { return plans_[size_t(mb_)][size_t(o)]; }
+  std::vector<Task> &tasks(OpId o) { return tasks_[size_t(mb_)][size_t(o)]; }
   const Task *localTask(OpId o, int64_t k) const {
-    int t = plans_[o].localTask[k];
-    return t < 0 ? nullptr : &tasks_[o][t];
+    int t = plan(o).localTask[k];
+    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
   }
   Task *localTask(OpId o, int64_t k) {
-    int t = plans_[o].localTask[k];
-    return t < 0 ? nullptr : &tasks_[o][t];
+    int t = plan(o).localTask[k];
+    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
   }
 
   void assemble(const std::vector<Src> &srcs, const std::vector<Dst> &dsts,
@@ -145,15 +148,17 @@ private:
   int me_;
   int64_t step_ = 0;
   OpId cur_ = -1;
-  std::vector<OpPlan> plans_;
-  std::vector<std::vector<Task>> tasks_;
+  int32_t mb_ = 0; ///< the micro-batch being run
+  /// Per micro-batch and op (one micro-batch without a pipeline).
+  std::vector<std::vector<OpPlan>> plans_;
+  std::vector<std::vector<std::vector<Task>>> tasks_;
   std::map<ValueId, std::vector<float>> weights_; // full copies, by value
   std::map<ValueId, int64_t> intRange_;           // integer inputs' range
 };
 
 void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
                        Combine c) {
-  const OpPlan &p = plans_[cur_];
+  const OpPlan &p = plan(cur_);
   std::vector<Src> srcs;
   std::vector<Dst> dsts;
   for (size_t k = 0; k < p.tiles.size(); ++k) {
@@ -167,17 +172,19 @@ void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
 }
 
 void Runner::setUp() {
-  plans_.resize(g_.numOps());
-  tasks_.resize(g_.numOps());
+  int32_t m = s_.pipeline.microBatches;
+  plans_.assign(size_t(m), std::vector<OpPlan>(g_.numOps()));
+  tasks_.assign(size_t(m), std::vector<std::vector<Task>>(g_.numOps()));
+  for (int32_t mb = 0; mb < m; ++mb)
   for (const Op &op : g_.ops()) {
     const OpConfig &c = s_.configs[op.id];
-    OpPlan &p = plans_[op.id];
+    OpPlan &p = plans_[size_t(mb)][size_t(op.id)];
     int64_t n = c.numTiles();
     p.inReg.assign(op.inputs.size(), std::vector<Box>(n));
     p.outReg.assign(op.outputs.size(), std::vector<Box>(n));
     p.localTask.assign(n, -1);
     for (int64_t k = 0; k < n; ++k) {
-      Box t = c.tile(op.sem, k);
+      Box t = microBatchTile(c, op.sem, k, mb, m);
       p.tiles.push_back(t);
       for (size_t i = 0; i < op.inputs.size(); ++i)
         p.inReg[i][k] = op.inputs[i] == kNoValue
@@ -189,12 +196,13 @@ void Runner::setUp() {
                              : op.sem.outputRegion(static_cast<int>(j), t);
       for (int32_t r = 0; r < c.replicas; ++r)
         if (static_cast<int>(c.device(k, r)) == me_) {
-          p.localTask[k] = static_cast<int>(tasks_[op.id].size());
+          std::vector<Task> &ts = tasks_[size_t(mb)][size_t(op.id)];
+          p.localTask[k] = static_cast<int>(ts.size());
           Task task;
           task.tile = k;
           task.replica = r;
           task.loops = t;
-          tasks_[op.id].push_back(std::move(task));
+          ts.push_back(std::move(task));
         }
     }
   }
@@ -222,7 +230,7 @@ void Runner::setUp() {
 
 void Runner::initWeights() {
   for (const Op &op : g_.ops()) {
-    if (tasks_[op.id].empty())
+    if (tasks_[0][size_t(op.id)].empty())
       continue;
     for (ValueId v : op.inputs) {
       if (v == kNoValue || g_.value(v).kind != ValueKind::Weight ||
@@ -294,8 +302,8 @@ void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
 void Runner::forward(OpId o) {
   cur_ = o;
   const Op &op = g_.op(o);
-  const OpPlan &p = plans_[o];
-  std::vector<Task> &ts = tasks_[o];
+  const OpPlan &p = plan(o);
+  std::vector<Task> &ts = tasks(o);
   for (Task &t : ts) {
     t.in.assign(op.inputs.size(), Buf());
     t.out.assign(op.outputs.size(), Buf());
@@ -313,9 +321,9 @@ void Runner::forward(OpId o) {
     OpId prod = v.producer;
     int j = v.producerOutput;
     std::vector<Src> srcs;
-    for (size_t k = 0; k < plans_[prod].tiles.size(); ++k) {
+    for (size_t k = 0; k < plan(prod).tiles.size(); ++k) {
       const Task *pt = localTask(prod, k);
-      srcs.push_back({plans_[prod].outReg[j][k], ranksOf(prod, k),
+      srcs.push_back({plan(prod).outReg[j][k], ranksOf(prod, k),
                       pt ? &pt->out[j] : nullptr});
     }
     std::vector<Dst> dsts;
@@ -337,8 +345,8 @@ void Runner::forward(OpId o) {
 void Runner::backward(OpId o) {
   cur_ = o;
   const Op &op = g_.op(o);
-  const OpPlan &p = plans_[o];
-  std::vector<Task> &ts = tasks_[o];
+  const OpPlan &p = plan(o);
+  std::vector<Task> &ts = tasks(o);
   for (Task &t : ts) {
     t.gout.assign(op.outputs.size(), Buf());
     t.gin.assign(op.inputs.size(), Buf());
@@ -364,9 +372,9 @@ void Runner::backward(OpId o) {
       for (size_t i = 0; i < uo.inputs.size(); ++i) {
         if (uo.inputs[i] != vid || !contains(uo.sem.gradInputs, int(i)))
           continue;
-        for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
+        for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
           const Task *ut = localTask(u, k);
-          srcs.push_back({plans_[u].inReg[i][k], ranksOf(u, k),
+          srcs.push_back({plan(u).inReg[i][k], ranksOf(u, k),
                           ut ? &ut->gin[i] : nullptr});
         }
       }
@@ -403,11 +411,18 @@ void Runner::syncWeights() {
     std::set<std::pair<int, std::vector<int64_t>>> seen;
     std::vector<Buf> grads;
     std::vector<std::tuple<int, Box>> want;
+    // Every micro-batch's gradient of every shard: summed by the
+    // assembly (gradient accumulation and synchronisation at once).
     forEachWeightTile(g_, w.id, [&](OpId u, int i) {
-      for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
-        const Box &b = plans_[u].inReg[i][k];
-        const Task *t = localTask(u, k);
-        srcs.push_back({b, ranksOf(u, k), t ? &t->gin[i] : nullptr});
+      for (mb_ = 0; mb_ < s_.pipeline.microBatches; ++mb_)
+        for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
+          const Task *t = localTask(u, k);
+          srcs.push_back(
+              {plan(u).inReg[i][k], ranksOf(u, k), t ? &t->gin[i] : nullptr});
+        }
+      mb_ = 0;
+      for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
+        const Box &b = plan(u).inReg[i][k];
         for (int r : ranksOf(u, k)) {
           std::vector<int64_t> key = b.lo;
           key.insert(key.end(), b.hi.begin(), b.hi.end());
@@ -448,11 +463,13 @@ double Runner::gatherLoss() {
     if (op.kind != "SoftmaxCrossEntropyLoss")
       continue;
     std::vector<Src> srcs;
-    for (size_t k = 0; k < plans_[op.id].tiles.size(); ++k) {
-      const Task *t = localTask(op.id, k);
-      srcs.push_back({plans_[op.id].outReg[0][k], ranksOf(op.id, k),
-                      t ? &t->out[0] : nullptr});
-    }
+    for (mb_ = 0; mb_ < s_.pipeline.microBatches; ++mb_)
+      for (size_t k = 0; k < plan(op.id).tiles.size(); ++k) {
+        const Task *t = localTask(op.id, k);
+        srcs.push_back({plan(op.id).outReg[0][k], ranksOf(op.id, k),
+                        t ? &t->out[0] : nullptr});
+      }
+    mb_ = 0;
     Buf loss;
     assemble(srcs, {{Box::full({}), 0, me_ == 0 ? &loss : nullptr}},
              Combine::Sum);
@@ -486,11 +503,11 @@ llvm::Error Runner::dumpWeights() {
     // Reserve so the pointers in srcs stay valid.
     size_t n = 0;
     forEachWeightTile(g_, w.id,
-                      [&](OpId u, int) { n += plans_[u].tiles.size(); });
+                      [&](OpId u, int) { n += plan(u).tiles.size(); });
     held.reserve(n);
     forEachWeightTile(g_, w.id, [&](OpId u, int i) {
-      for (size_t k = 0; k < plans_[u].tiles.size(); ++k) {
-        const Box &b = plans_[u].inReg[i][k];
+      for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
+        const Box &b = plan(u).inReg[i][k];
         const Buf *local = nullptr;
         if (localTask(u, k)) {
           held.emplace_back();
@@ -529,17 +546,23 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
   for (step_ = 0; step_ < opts_.steps; ++step_) {
     comm_.barrier();
     auto t0 = std::chrono::steady_clock::now();
-    for (const Op &op : g_.ops()) {
-      forward(op.id);
-      if (auto err = backendError(op.id))
-        return llvm::Error(std::move(err));
+    // Micro-batch by micro-batch, every rank stepping through the same
+    // sequence of ops (each op's exchanges are matched on every rank): the
+    // numbers of any schedule, gradients summed over the micro-batches.
+    for (mb_ = 0; mb_ < s_.pipeline.microBatches; ++mb_) {
+      for (const Op &op : g_.ops()) {
+        forward(op.id);
+        if (auto err = backendError(op.id))
+          return llvm::Error(std::move(err));
+      }
+      for (size_t o = g_.numOps(); o-- > 0;) {
+        backward(static_cast<OpId>(o));
+        if (auto err = backendError(static_cast<OpId>(o)))
+          return llvm::Error(std::move(err));
+      }
     }
+    mb_ = 0;
     double loss = gatherLoss();
-    for (size_t o = g_.numOps(); o-- > 0;) {
-      backward(static_cast<OpId>(o));
-      if (auto err = backendError(static_cast<OpId>(o)))
-        return llvm::Error(std::move(err));
-    }
     syncWeights();
     comm_.barrier();
     auto t1 = std::chrono::steady_clock::now();

@@ -143,14 +143,6 @@ static llvm::Error run(Comm &comm) {
   auto strategy = planStrategy(*plan, *graph, topo, planPath);
   if (!strategy)
     return strategy.takeError();
-  // The executor runs one micro-batch through one stage (issue 16's
-  // executor part is not built yet): refuse, before any compute.
-  if (strategy->pipeline.active())
-    return inputError("{}: /pipeline: soap-run does not run pipelined plans "
-                      "yet ({} micro-batches, {} stages); soapc simulate "
-                      "predicts them",
-                      planPath.getValue(), strategy->pipeline.microBatches,
-                      strategy->pipeline.numStages());
   if (auto err = checkExecutable(*graph))
     return err;
   if (auto err = prepareBackend(opts, comm))

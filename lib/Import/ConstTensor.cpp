@@ -87,6 +87,46 @@ bool protoIsExternal(const TP &t) {
   return t.has_data_location() && t.data_location() == TP::EXTERNAL;
 }
 
+llvm::Error checkStoredSize(const TP &t) {
+  if (protoIsExternal(t))
+    return llvm::Error::success();
+  auto n = elementCount({t.dims().data(), static_cast<size_t>(t.dims_size())});
+  if (!n)
+    return llvm::Error::success(); // the dims are refused elsewhere
+  auto dims = [&] {
+    return fmt::format("[{}]", fmt::join(t.dims(), ", "));
+  };
+  if (!t.raw_data().empty()) {
+    int64_t eb = elemBytes(t.data_type());
+    int64_t have = static_cast<int64_t>(t.raw_data().size());
+    if (t.data_type() != TP::STRING && have != *n * eb)
+      return inputError("raw_data holds {} bytes; dims {} of {} need {}",
+                        have, dims(), elemTypeName(t.data_type()), *n * eb);
+    return llvm::Error::success();
+  }
+  auto count = [&](int64_t have, const char *field) -> llvm::Error {
+    if (have != 0 && have != *n)
+      return inputError("{} holds {} values; dims {} need {}", field, have,
+                        dims(), *n);
+    return llvm::Error::success();
+  };
+  switch (t.data_type()) {
+  case TP::FLOAT:
+    return count(t.float_data_size(), "float_data");
+  case TP::DOUBLE:
+    return count(t.double_data_size(), "double_data");
+  case TP::INT64:
+    return count(t.int64_data_size(), "int64_data");
+  case TP::UINT32:
+  case TP::UINT64:
+    return count(t.uint64_data_size(), "uint64_data");
+  case TP::STRING:
+    return count(t.string_data_size(), "string_data");
+  default: // INT32, INT16, INT8, UINT16, UINT8, BOOL, FLOAT16, BFLOAT16
+    return count(t.int32_data_size(), "int32_data");
+  }
+}
+
 bool protoHasData(const TP &t) {
   if (protoIsExternal(t) || !t.raw_data().empty())
     return true;
@@ -98,7 +138,7 @@ bool protoHasData(const TP &t) {
   return n && *n == 0;
 }
 
-static int64_t elemBytes(int32_t t) {
+int64_t elemBytes(int32_t t) {
   switch (t) {
   case TP::DOUBLE:
   case TP::INT64:

@@ -57,6 +57,12 @@ std::optional<int64_t> elementCount(llvm::ArrayRef<int64_t> dims);
 /// Whether a TensorProto carries its values (raw, typed or external data).
 bool protoHasData(const onnx::TensorProto &t);
 bool protoIsExternal(const onnx::TensorProto &t);
+/// Bytes of one element of ONNX element type `t` (1 for unknown types).
+int64_t elemBytes(int32_t t);
+/// The stored data (raw_data, or the typed field the element type uses)
+/// holds exactly the elements its dims need; external or absent data is
+/// not checked. The error says what it holds and what is needed.
+llvm::Error checkStoredSize(const onnx::TensorProto &t);
 
 /// Reads a TensorProto's values. A tensor with no data, external data, an
 /// element type the interpreter does not handle, or more than `maxElements`

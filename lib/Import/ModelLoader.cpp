@@ -143,6 +143,12 @@ llvm::Error parseModel(ImportState &s) {
     return inputError("{}: the model imports no opset of the default ONNX "
                       "domain",
                       s.path);
+  // Opset 7 (ONNX 1.2) brought today's broadcasting; 17 is the newest that
+  // ONNX 1.12's shape inference knows.
+  if (s.opset < kMinOpset || s.opset > kMaxOpset)
+    return inputError("{}: opset_import: default-domain opset {} is outside "
+                      "the supported {}..{}",
+                      s.path, s.opset, kMinOpset, kMaxOpset);
   const onnx::GraphProto &g = s.model.graph();
   if (g.node_size() > kMaxOnnxNodes)
     return inputError("{}: the graph has {} nodes; soapc accepts at most {}",
@@ -211,10 +217,14 @@ llvm::Error checkExternal(const ImportState &s, const onnx::TensorProto &t,
 
 llvm::Error checkAllExternal(const ImportState &s) {
   const onnx::GraphProto &g = s.graph();
-  for (const auto &t : g.initializer())
-    if (auto err = checkExternal(
-            s, t, fmt::format("tensor '{}' (initializer)", t.name())))
+  for (const auto &t : g.initializer()) {
+    std::string what = fmt::format("tensor '{}' (initializer)", t.name());
+    if (auto err = checkExternal(s, t, what))
       return err;
+    if (auto err = checkStoredSize(t))
+      return inputError("{}: {}: {}", s.path, what,
+                        errorMessage(std::move(err)));
+  }
   for (int i = 0; i < g.node_size(); ++i)
     for (const auto &a : g.node(i).attribute())
       if (a.has_t())

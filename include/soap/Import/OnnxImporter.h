@@ -39,6 +39,8 @@ constexpr uint64_t kMaxModelBytes = 2147483647;
 /// the simulator's task graph grow linearly with it; the zoo's largest model
 /// has a few thousand.
 constexpr int64_t kMaxOnnxNodes = 100000;
+/// The default-domain opsets the importer accepts.
+constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
 /// The deepest nesting of subgraphs (If/Loop/Scan bodies) that is parsed;
 /// deeper files are refused before anything recurses into them.
 constexpr int kMaxSubgraphNesting = 100;

@@ -13,6 +13,7 @@ The output is deterministic; commit it.
 
 import os
 import random
+import struct
 
 import onnx
 from onnx import TensorProto, helper
@@ -191,6 +192,23 @@ def main():
                           keepdims=0)],
         [inp("x", ["N", 8])], [out("y")],
         [helper.make_tensor("axes", I64, [1], [1])]))
+
+    # Issue 19: an opset past what ONNX 1.12 knows, and one before today's
+    # broadcasting; initializer data shorter than its dims (raw_data: 31
+    # floats' bytes of 32, and a float_data of 3 values for 32).
+    m = mlp(stripped("w", [8, 4]))
+    m.opset_import[0].version = 99
+    write("opset99.onnx", m)
+    m = mlp(stripped("w", [8, 4]))
+    m.opset_import[0].version = 6
+    write("opset6.onnx", m)
+    w = helper.make_tensor("w", F, [8, 4], struct.pack("<32f", *[0.5] * 32),
+                           raw=True)
+    w.raw_data = w.raw_data[:124]
+    write("raw_short.onnx", mlp(w))
+    w = helper.make_tensor("w", F, [8, 4], [0.5] * 32)
+    del w.float_data[3:]
+    write("float_data_short.onnx", mlp(w))
 
 
 if __name__ == "__main__":

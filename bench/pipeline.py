@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--per-device", type=int, default=64)
     ap.add_argument("--timeout", default="10m")
     ap.add_argument("--models", default="gpt2,transformer")
+    ap.add_argument("--searchers", default=",".join(SEARCHERS))
     ap.add_argument("--soapc", default="build/bin/soapc")
     ap.add_argument("--out", default="bench/results/pipeline.json")
     a = ap.parse_args()
@@ -43,7 +44,7 @@ def main():
           f"{'peak GiB':>10}{'search s':>10}  shape")
     tmp = tempfile.mkdtemp()
     for model in a.models.split(","):
-        for s in SEARCHERS:
+        for s in a.searchers.split(","):
             plan_path = os.path.join(tmp, f"{model}-{s}.json")
             cmd = [a.soapc, f"examples/models/{model}.onnx", "--topology",
                    a.topology, "--batch", str(batch), "--search", s,
@@ -78,6 +79,14 @@ def main():
                       f"{'':>10}  exit {p.returncode}: {row['error'][:70]}")
             rows.append(row)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    old = {}
+    if os.path.exists(a.out):
+        # Rows of searchers not run this time are kept from the last run.
+        for r in json.load(open(a.out)).get("rows", []):
+            old[(r["model"], r["searcher"])] = r
+    for r in rows:
+        old[(r["model"], r["searcher"])] = r
+    rows = [old[k] for k in sorted(old)]
     with open(a.out, "w") as f:
         json.dump({"topology": a.topology, "devices": devices, "batch": batch,
                    "rows": rows}, f, indent=2)

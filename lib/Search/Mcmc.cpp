@@ -346,6 +346,21 @@ public:
       else
         llvm::consumeError(piped.takeError());
     }
+    // The candidates that fit first, fastest first: past the deadline only
+    // the first job runs, and it should start from the best (on a model
+    // that data parallelism cannot hold, a pipelined start).
+    std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
+    for (size_t c = 0; c < initial.size(); ++c) {
+      auto e = evaluate(p, initial[c]);
+      if (!e)
+        return e.takeError();
+      rank.push_back({{!e->second, e->first}, c});
+    }
+    std::stable_sort(rank.begin(), rank.end());
+    std::vector<Strategy> ordered;
+    for (const auto &r : rank)
+      ordered.push_back(std::move(initial[r.second]));
+    initial = std::move(ordered);
     // Jobs: every initial candidate x chain, each with its own seed; the
     // result depends on the jobs, not on how threads run them.
     struct Job {

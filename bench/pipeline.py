@@ -12,6 +12,7 @@ bench/results/pipeline.json). Asserts nothing."""
 import argparse
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -64,11 +65,10 @@ def main():
                 for line in p.stdout.splitlines():
                     if line.startswith("searcher:"):
                         row["searcher_line"] = line
-                        try:
-                            row["search_s"] = float(line.split(",")[-1]
-                                                    .strip(" s)"))
-                        except ValueError:
-                            pass
+                        mt = re.search(r"([0-9]+) proposals, ([0-9.]+) s", line)
+                        if mt:
+                            row["proposals"] = int(mt.group(1))
+                            row["search_s"] = float(mt.group(2))
                 print(f"{model:<12}{s:<10}{pred['iteration_time_s']*1e3:>11.1f}"
                       f"{pred['samples_per_sec']:>11.0f}"
                       f"{pred['peak_memory_bytes']/2**30:>10.2f}"

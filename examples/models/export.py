@@ -55,7 +55,7 @@ SUPPORTED_OPS = {
     "Slice", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Expand",
     "Transpose", "Cast", "Where", "Gather", "Dropout", "Identity", "LSTM",
     "SoftmaxCrossEntropyLoss", "Shape", "Constant", "ConstantOfShape",
-    "Range", "Equal", "Neg", "Trilu",
+    "Range", "Equal", "Neg", "Trilu", "Clip", "HardSigmoid", "HardSwish",
 }
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
@@ -367,6 +367,38 @@ class SmallResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
+class SmallMobileNet(nn.Module):
+    """A reduced MobileNetV2/V3 for soap-run's tool test (issue 19): a
+    Conv-BN-ReLU6 stem (ReLU6 exports as Clip with constant bounds), one
+    inverted residual block with Hardswish, a depthwise 3x3 convolution and
+    a squeeze-and-excitation gate with Hardsigmoid (torchvision's
+    SqueezeExcitation wiring), a linear bottleneck, global average pool and
+    classifier."""
+
+    def __init__(self, width=8, expand=16, num_classes=10):
+        super().__init__()
+        from torchvision.ops.misc import SqueezeExcitation
+        w, e = width, expand
+        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(w), nn.ReLU6())
+        self.expand = nn.Sequential(nn.Conv2d(w, e, 1, bias=False),
+                                    nn.BatchNorm2d(e), nn.Hardswish())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False),
+            nn.BatchNorm2d(e), nn.Hardswish())
+        self.se = SqueezeExcitation(e, e // 4,
+                                    scale_activation=nn.Hardsigmoid)
+        self.project = nn.Sequential(nn.Conv2d(e, w, 1, bias=False),
+                                     nn.BatchNorm2d(w))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(w, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.project(self.se(self.depthwise(self.expand(x))))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
 # --------------------------------------------------------------------------
 # Registry: name -> (builder, [(input name, shape with 'N', dtype)], notes)
 # --------------------------------------------------------------------------
@@ -395,6 +427,8 @@ MODELS = OrderedDict([
     ("mlp_small", (lambda: MLP(width=32, layers=3),
                    [("input", ["N", 32], "float32")])),
     ("resnet_small", (SmallResNet, [("input", ["N", 3, 8, 8], "float32")])),
+    ("mobilenet_small", (SmallMobileNet,
+                         [("input", ["N", 3, 8, 8], "float32")])),
     ("transformer_small", (lambda: BertLarge(vocab=128, hidden=16, layers=1,
                                              heads=2, ffn=32, max_pos=8),
                            [("ids", ["N", 8], "int64")])),

@@ -198,7 +198,9 @@ std::vector<Operand> eltOperands(const Op &op, const Task &t) {
 
 void eltForward(KernelCtx &ctx) {
   cuda::DevFn fn = *devFn(ctx.op.kind);
-  float alpha = static_cast<float>(ctx.op.getFloat("alpha", 0.01));
+  ElemScalars sc = elemScalars(fn, [&](const char *name, double dflt) {
+    return ctx.op.getFloat(name, dflt);
+  });
   int n = static_cast<int>(numData(ctx.op));
   for (Task &t : ctx.tasks) {
     cuda::DevSpace s;
@@ -211,7 +213,7 @@ void eltForward(KernelCtx &ctx) {
     for (int i = 0; i < n; ++i)
       x.push_back(std::make_unique<DeviceBuf>(t.in[i]));
     auto ptr = [&](int i) { return i < n ? x[i]->get() : nullptr; };
-    cuda::eltForward(s, fn, alpha, n, y.get(), ptr(0), ptr(1), ptr(2));
+    cuda::eltForward(s, fn, sc.a, sc.b, n, y.get(), ptr(0), ptr(1), ptr(2));
     y.download(t.out[0]);
     if (const char *e = cuda::lastError())
       note(cudaErrorLaunchFailure, e);
@@ -220,7 +222,9 @@ void eltForward(KernelCtx &ctx) {
 
 void eltBackward(KernelCtx &ctx) {
   cuda::DevFn fn = *devFn(ctx.op.kind);
-  float alpha = static_cast<float>(ctx.op.getFloat("alpha", 0.01));
+  ElemScalars sc = elemScalars(fn, [&](const char *name, double dflt) {
+    return ctx.op.getFloat(name, dflt);
+  });
   int n = static_cast<int>(numData(ctx.op));
   for (Task &t : ctx.tasks) {
     cuda::DevSpace s;
@@ -236,8 +240,8 @@ void eltBackward(KernelCtx &ctx) {
     }
     auto ptr = [&](int i) { return i < n ? x[i]->get() : nullptr; };
     auto dptr = [&](int i) { return i < n ? dx[i]->get() : nullptr; };
-    cuda::eltBackward(s, fn, alpha, n, y.get(), dy.get(), ptr(0), ptr(1),
-                      ptr(2), dptr(0), dptr(1), dptr(2));
+    cuda::eltBackward(s, fn, sc.a, sc.b, n, y.get(), dy.get(), ptr(0),
+                      ptr(1), ptr(2), dptr(0), dptr(1), dptr(2));
     for (int i = 0; i < n; ++i)
       dx[i]->download(t.gin[i]);
     if (const char *e = cuda::lastError())

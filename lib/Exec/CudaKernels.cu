@@ -95,7 +95,7 @@ constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
 
-__device__ float apply(DevFn fn, float alpha, const float *x) {
+__device__ float apply(DevFn fn, float alpha, float beta, const float *x) {
   switch (fn) {
   case DevFn::Add:
     return x[0] + x[1];
@@ -149,12 +149,20 @@ __device__ float apply(DevFn fn, float alpha, const float *x) {
   case DevFn::Identity:
   case DevFn::Expand:
     return x[0];
+  case DevFn::Clip:
+    return x[0] < alpha ? alpha : x[0] > beta ? beta : x[0];
+  case DevFn::HardSigmoid: {
+    float t = alpha * x[0] + beta;
+    return t <= 0 ? 0.0f : t >= 1 ? 1.0f : t;
+  }
+  case DevFn::HardSwish:
+    return x[0] <= -3 ? 0.0f : x[0] >= 3 ? x[0] : x[0] * (x[0] + 3) / 6;
   }
   return 0;
 }
 
-__device__ float partial(DevFn fn, float alpha, const float *x, float y,
-                         int i) {
+__device__ float partial(DevFn fn, float alpha, float beta, const float *x,
+                         float y, int i) {
   switch (fn) {
   case DevFn::Add:
     return 1;
@@ -206,11 +214,20 @@ __device__ float partial(DevFn fn, float alpha, const float *x, float y,
   case DevFn::Identity:
   case DevFn::Expand:
     return 1;
+  case DevFn::Clip:
+    return x[0] > alpha && x[0] < beta ? 1.0f : 0.0f;
+  case DevFn::HardSigmoid: {
+    float t = alpha * x[0] + beta;
+    return t > 0 && t < 1 ? alpha : 0.0f;
+  }
+  case DevFn::HardSwish:
+    return x[0] < -3 ? 0.0f : x[0] <= 3 ? (2 * x[0] + 3) / 6 : 1.0f;
   }
   return 0;
 }
 
-__global__ void kEltFwd(DevSpace s, DevFn fn, float alpha, int n, float *y,
+__global__ void kEltFwd(DevSpace s, DevFn fn, float alpha, float beta, int n,
+                        float *y,
                         const float *x0, const float *x1, const float *x2) {
   int64_t o[kMaxOperands];
   const float *xs[3] = {x0, x1, x2};
@@ -219,11 +236,11 @@ __global__ void kEltFwd(DevSpace s, DevFn fn, float alpha, int n, float *y,
     float x[3] = {0, 0, 0};
     for (int i = 0; i < n; ++i)
       x[i] = xs[i][o[1 + i]];
-    y[o[0]] = apply(fn, alpha, x);
+    y[o[0]] = apply(fn, alpha, beta, x);
   }
 }
 
-__global__ void kEltBwd(DevSpace s, DevFn fn, float alpha, int n,
+__global__ void kEltBwd(DevSpace s, DevFn fn, float alpha, float beta, int n,
                         const float *y, const float *dy, const float *x0,
                         const float *x1, const float *x2, float *dx0,
                         float *dx1, float *dx2) {
@@ -238,7 +255,7 @@ __global__ void kEltBwd(DevSpace s, DevFn fn, float alpha, int n,
     for (int i = 0; i < n; ++i)
       if (dxs[i])
         atomicAdd(dxs[i] + o[1 + i],
-                  partial(fn, alpha, x, y[o[0]], i) * dy[o[0]]);
+                  partial(fn, alpha, beta, x, y[o[0]], i) * dy[o[0]]);
   }
 }
 
@@ -267,17 +284,17 @@ void biasBackward(const DevSpace &s, const float *dy, float *dc, float beta) {
   kBiasBwd<<<blocksFor(s.points), 256>>>(s, dy, dc, beta);
 }
 
-void eltForward(const DevSpace &s, DevFn fn, float alpha, int n, float *y,
-                const float *x0, const float *x1, const float *x2) {
-  kEltFwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, n, y, x0, x1, x2);
+void eltForward(const DevSpace &s, DevFn fn, float alpha, float beta, int n,
+                float *y, const float *x0, const float *x1, const float *x2) {
+  kEltFwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, beta, n, y, x0, x1, x2);
 }
 
-void eltBackward(const DevSpace &s, DevFn fn, float alpha, int n,
+void eltBackward(const DevSpace &s, DevFn fn, float alpha, float beta, int n,
                  const float *y, const float *dy, const float *x0,
                  const float *x1, const float *x2, float *dx0, float *dx1,
                  float *dx2) {
-  kEltBwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, n, y, dy, x0, x1, x2, dx0,
-                                        dx1, dx2);
+  kEltBwd<<<blocksFor(s.points), 256>>>(s, fn, alpha, beta, n, y, dy, x0, x1,
+                                        x2, dx0, dx1, dx2);
 }
 
 const char *lastError() {

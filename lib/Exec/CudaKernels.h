@@ -53,10 +53,10 @@ void contractionBackward(const DevSpace &s, const float *dy, const float *a,
 void biasForward(const DevSpace &s, float *y, const float *c, float beta);
 void biasBackward(const DevSpace &s, const float *dy, float *dc, float beta);
 /// y[o0] = fn(x0[o1], x1[o2], x2[o3]) for `n` inputs.
-void eltForward(const DevSpace &s, DevFn fn, float alpha, int n, float *y,
-                const float *x0, const float *x1, const float *x2);
+void eltForward(const DevSpace &s, DevFn fn, float alpha, float beta, int n,
+                float *y, const float *x0, const float *x1, const float *x2);
 /// dxi[o(1+i)] += d fn / d xi * dy[o0] where dxi is set.
-void eltBackward(const DevSpace &s, DevFn fn, float alpha, int n,
+void eltBackward(const DevSpace &s, DevFn fn, float alpha, float beta, int n,
                  const float *y, const float *dy, const float *x0,
                  const float *x1, const float *x2, float *dx0, float *dx1,
                  float *dx2);

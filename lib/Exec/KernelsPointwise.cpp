@@ -26,14 +26,18 @@ size_t numData(const Op &op) {
 
 struct Params {
   Fn fn;
-  float alpha = 0.01f;
+  float alpha = 0.01f, beta = 0; ///< ElemScalars
   bool toInt = false, toBool = false;
 };
 
 Params params(const Graph &g, const Op &op) {
   Params p;
   p.fn = fnOf(op.kind);
-  p.alpha = static_cast<float>(op.getFloat("alpha", 0.01));
+  ElemScalars sc = elemScalars(p.fn, [&](const char *name, double dflt) {
+    return op.getFloat(name, dflt);
+  });
+  p.alpha = sc.a;
+  p.beta = sc.b;
   if (p.fn == Fn::Cast) {
     DType t = g.value(op.outputs[0]).dtype;
     p.toBool = t == DType::Bool;
@@ -101,6 +105,14 @@ float apply(const Params &p, const float *x) {
   case Fn::Identity:
   case Fn::Expand:
     return x[0];
+  case Fn::Clip:
+    return x[0] < p.alpha ? p.alpha : x[0] > p.beta ? p.beta : x[0];
+  case Fn::HardSigmoid: {
+    float t = p.alpha * x[0] + p.beta;
+    return t <= 0 ? 0.0f : t >= 1 ? 1.0f : t;
+  }
+  case Fn::HardSwish:
+    return x[0] <= -3 ? 0.0f : x[0] >= 3 ? x[0] : x[0] * (x[0] + 3) / 6;
   }
   return 0;
 }
@@ -159,6 +171,16 @@ float partial(const Params &p, const float *x, float y, size_t i) {
   case Fn::Identity:
   case Fn::Expand:
     return 1;
+  // At the kinks, PyTorch's choices: Clip and HardSigmoid pass no gradient
+  // at their bounds, HardSwish's slope is (2x + 3) / 6 on [-3, 3].
+  case Fn::Clip:
+    return x[0] > p.alpha && x[0] < p.beta ? 1.0f : 0.0f;
+  case Fn::HardSigmoid: {
+    float t = p.alpha * x[0] + p.beta;
+    return t > 0 && t < 1 ? p.alpha : 0.0f;
+  }
+  case Fn::HardSwish:
+    return x[0] < -3 ? 0.0f : x[0] <= 3 ? (2 * x[0] + 3) / 6 : 1.0f;
   }
   return 0;
 }

@@ -4,6 +4,8 @@
 
 #include "soap/Support/Error.h"
 #include <algorithm>
+#include <limits>
+#include <tuple>
 #include <fmt/ranges.h>
 
 namespace soap {
@@ -16,7 +18,7 @@ bool isReduceOp(const std::string &op) {
 bool keepsOnlyData(const std::string &op) {
   return op == "Reshape" || op == "Slice" || op == "Squeeze" ||
          op == "Unsqueeze" || op == "Expand" || op == "Split" ||
-         op == "Dropout" || isReduceOp(op);
+         op == "Dropout" || op == "Clip" || isReduceOp(op);
 }
 
 llvm::Expected<std::vector<int64_t>>
@@ -174,6 +176,47 @@ llvm::Error applyConventions(const ImportState &s, int i, IrNode &ir) {
       return t.takeError();
     ir.attrs["ratio"] = ratio;
     ir.attrs["training_mode"] = *t ? int64_t((*t)->getInt(0) != 0) : int64_t(0);
+  } else if (op == "Clip") {
+    // Opset 11 made the bounds operands (ReLU6 exports them as constants);
+    // before, attributes. Absent: unbounded.
+    double lo = -std::numeric_limits<float>::infinity();
+    double hi = std::numeric_limits<float>::infinity();
+    if (const onnx::AttributeProto *a = findAttr(n, "min"))
+      lo = a->f();
+    if (const onnx::AttributeProto *a = findAttr(n, "max"))
+      hi = a->f();
+    // A bound is a folded constant, or a scalar initializer with data
+    // (floating initializers are weights elsewhere, not folded).
+    for (auto [k, v, what] :
+         {std::make_tuple(1, &lo, "min"), std::make_tuple(2, &hi, "max")}) {
+      if (k >= n.input_size() || n.input(k).empty())
+        continue;
+      auto init = s.initializers.find(n.input(k));
+      if (init != s.initializers.end() && !s.consts.count(n.input(k))) {
+        const onnx::TensorProto &t = s.graph().initializer(init->second);
+        auto c = protoHasData(t) ? constFromProto(t, 1)
+                                 : llvm::Expected<ConstTensor>(ConstTensor());
+        if (!c)
+          return ctx(c.takeError());
+        if (!c->hasData || c->numElements() != 1)
+          return inputError("{}: Clip's {} '{}' must be a scalar with its "
+                            "value stored",
+                            s.where(i), what, n.input(k));
+        *v = c->getDouble(0);
+        continue;
+      }
+      auto c = s.constInput(i, k, what);
+      if (!c)
+        return c.takeError();
+      if ((*c)->numElements() != 1)
+        return inputError("{}: Clip's {} must be a scalar", s.where(i), what);
+      *v = (*c)->getDouble(0);
+    }
+    if (!(lo <= hi))
+      return inputError("{}: Clip's min {} exceeds its max {}", s.where(i), lo,
+                        hi);
+    ir.attrs["min"] = lo;
+    ir.attrs["max"] = hi;
   } else if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" ||
              op == "LayerNormalization" || op == "Gather") {
     int64_t dflt = op == "Gather"                                ? 0

@@ -209,6 +209,21 @@ def main():
     w = helper.make_tensor("w", F, [8, 4], [0.5] * 32)
     del w.float_data[3:]
     write("float_data_short.onnx", mlp(w))
+    # Clip whose bound is a graph input, not a constant; and min > max.
+    write("clip_nonconst.onnx", model(
+        [helper.make_node("Clip", ["x", "lo"], ["y"], name="clip")],
+        [inp("x", ["N", 8]), inp("lo", [])], [out("y")]))
+    write("clip_bounds.onnx", model(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
+        [inp("x", ["N", 8])], [out("y")],
+        [helper.make_tensor("lo", F, [], [6.0]),
+         helper.make_tensor("hi", F, [], [0.0])]))
+    # Valid: ReLU6 with its bounds as scalar initializers (not Constants).
+    write("clip_init.onnx", model(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
+        [inp("x", ["N", 8])], [out("y")],
+        [helper.make_tensor("lo", F, [], [0.0]),
+         helper.make_tensor("hi", F, [], [6.0])]))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ and every final weight with a soap-run output and --dump-weights directory.
     torch_reference.py MODEL SEED RUN.out RUN_DIR
 
 Prints one line; exits 1 on a difference beyond float rounding. Only models
-whose ONNX weight names are PyTorch's parameter names (lenet, resnet_small)."""
+whose ONNX weight names are PyTorch's parameter names (lenet, resnet_small,
+mobilenet_small)."""
 import array
 import json
 import math

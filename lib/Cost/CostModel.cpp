@@ -32,6 +32,14 @@ std::optional<Optimizer> parseOptimizer(llvm::StringRef name) {
   return std::nullopt;
 }
 
+WeightBytes weightBytes(DType t, Optimizer o) {
+  Bytes eb = dtypeBytes(t);
+  Bytes state = optimizerStateFactor(o);
+  if (t == DType::BF16 || t == DType::F16)
+    return {eb, eb, 4 * (1 + state)};
+  return {eb, eb, eb * state};
+}
+
 int optimizerStateFactor(Optimizer o) {
   switch (o) {
   case Optimizer::Sgd:
@@ -256,10 +264,13 @@ TileMemory CostModel::memory(const Graph &g, const Op &op, const Box &tile,
   std::vector<DType> inT, outT;
   operandTypes(g, op, inT, outT);
   TileMemory m;
-  for (int i : op.sem.weightInputs)
-    m.weights += op.sem.inputRegion(i, tile).volume() * dtypeBytes(inT[i]);
-  m.gradients = m.weights;
-  m.optimizer = m.weights * optimizerStateFactor(opt);
+  for (int i : op.sem.weightInputs) {
+    int64_t n = op.sem.inputRegion(i, tile).volume();
+    WeightBytes wb = weightBytes(inT[i], opt);
+    m.weights += n * wb.weight;
+    m.gradients += n * wb.gradient;
+    m.optimizer += n * wb.optimizer;
+  }
   m.saved = op.sem.savedBytes(tile, inT, outT);
   if (db_ && mode_ != CostMode::Analytic)
     if (const KernelEntry *e = db_->find(opSignature(g, op, tile)))

@@ -126,7 +126,6 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   cp["update_s"] = byKind[int(TaskKind::Update)];
   j["critical_path"] = cp;
 
-  int state = optimizerStateFactor(ctx.optimizer);
   Json opsJson = Json::array();
   for (const Op &op : g.ops()) {
     const OpConfig &c = tg.strategy().configs[size_t(op.id)];
@@ -139,12 +138,17 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     // shards with their gradients and optimizer state (a weight shared by
     // several ops is counted for each here, once in the totals).
     std::map<DeviceId, Bytes> held;
+    const Pipeline &pipe = tg.strategy().pipeline;
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box tile = c.tile(op.sem, k);
-      Bytes b = op.sem.savedBytes(tile, inT, outT);
+      // A micro-batch's activations, for each micro-batch in flight.
+      Bytes b = op.sem.savedBytes(
+                    microBatchTile(c, op.sem, k, 0, pipe.microBatches), inT,
+                    outT) *
+                pipe.inFlight(pipe.stage(op.id));
       for (int i : op.sem.weightInputs)
-        b += op.sem.inputRegion(i, tile).volume() * dtypeBytes(inT[size_t(i)]) *
-             (2 + state);
+        b += op.sem.inputRegion(i, tile).volume() *
+             totalWeightBytes(inT[size_t(i)], ctx.optimizer);
       for (int32_t r = 0; r < c.replicas; ++r)
         held[c.device(k, r)] += b;
     }

@@ -24,15 +24,23 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
     return inputError("no model given");
   if (o.batch && *o.batch <= 0)
     return inputError("--batch must be at least 1, got {}", *o.batch);
+  std::string precision = o.precision.value_or("fp32");
+  auto prec = parsePrecision(precision);
+  if (!prec)
+    return inputError("--precision must be fp32 or bf16, got '{}'",
+                      precision);
   ImportOptions opts;
   opts.batch = effectiveBatch(o, devices);
   opts.appendLoss = !o.noLoss.value_or(false);
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   auto g = importOnnx(o.modelPath, opts);
-  if (!g || !o.unrollRnn.value_or(false))
-    return g;
-  return unrollLstms(**g);
+  if (g && o.unrollRnn.value_or(false))
+    g = unrollLstms(**g);
+  if (g)
+    if (auto err = (*g)->setPrecision(*prec))
+      return llvm::Error(std::move(err));
+  return g;
 }
 
 /// The cost database for a device: --profile, else the source tree's
@@ -113,6 +121,8 @@ void adoptPlanInputs(DriverOptions &o, const Plan &plan, bool paths) {
     o.costModel = in.costModel;
   if (!o.optimizer)
     o.optimizer = in.optimizer;
+  if (!o.precision)
+    o.precision = in.precision;
 }
 
 llvm::Expected<SearchOptions> searchOptions(const DriverOptions &d,
@@ -199,6 +209,7 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
   in.space = o.space;
   in.costModel = o.costModel.value_or("profile");
   in.optimizer = o.optimizer.value_or("sgd");
+  in.precision = o.precision.value_or("fp32");
   Plan plan = makePlan(*s.graph, *s.topo, strategy, in,
                        planFigures(m, s.batch, dpTime));
   if (auto err = writePlan(plan, path))

@@ -178,6 +178,25 @@ double Graph::forwardFlops() const {
   return f;
 }
 
+llvm::Error Graph::setPrecision(Precision p) {
+  if (p == Precision::FP32)
+    return llvm::Error::success();
+  for (Value &v : values_)
+    if (v.dtype == DType::F32 &&
+        (v.kind == ValueKind::Activation || v.kind == ValueKind::Input ||
+         v.kind == ValueKind::Weight))
+      v.dtype = DType::BF16;
+  return computeSemantics();
+}
+
+Precision Graph::precision() const {
+  for (const Value &v : values_)
+    if (v.dtype == DType::BF16 &&
+        (v.kind == ValueKind::Activation || v.kind == ValueKind::Weight))
+      return Precision::BF16;
+  return Precision::FP32;
+}
+
 OpId Graph::findOp(llvm::StringRef name) const {
   auto it = opByName_.find(name.str());
   return it == opByName_.end() ? -1 : it->second;

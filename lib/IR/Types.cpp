@@ -29,6 +29,18 @@ static const char *kDTypeNames[] = {"f32", "f16", "bf16", "f64", "i64",
 
 llvm::StringRef dtypeName(DType t) { return kDTypeNames[static_cast<int>(t)]; }
 
+llvm::StringRef precisionName(Precision p) {
+  return p == Precision::BF16 ? "bf16" : "fp32";
+}
+
+std::optional<Precision> parsePrecision(llvm::StringRef name) {
+  if (name == "fp32")
+    return Precision::FP32;
+  if (name == "bf16")
+    return Precision::BF16;
+  return std::nullopt;
+}
+
 std::optional<DType> parseDType(llvm::StringRef name) {
   for (int i = 0; i < 9; ++i)
     if (name == kDTypeNames[i])

@@ -17,7 +17,8 @@ bool PlanInputs::operator==(const PlanInputs &o) const {
          appendLoss == o.appendLoss && topologyPath == o.topologyPath &&
          topologySha256 == o.topologySha256 && searcher == o.searcher &&
          seed == o.seed && budget == o.budget && space == o.space &&
-         costModel == o.costModel && optimizer == o.optimizer;
+         costModel == o.costModel && optimizer == o.optimizer &&
+         precision == o.precision;
 }
 
 bool PlanFigures::operator==(const PlanFigures &o) const {
@@ -108,7 +109,8 @@ Json planToJson(const Plan &p) {
   j["search"] = {
       {"searcher", p.inputs.searcher},    {"seed", p.inputs.seed},
       {"budget", p.inputs.budget},        {"space", p.inputs.space},
-      {"cost_model", p.inputs.costModel}, {"optimizer", p.inputs.optimizer}};
+      {"cost_model", p.inputs.costModel}, {"optimizer", p.inputs.optimizer},
+      {"precision", p.inputs.precision}};
   const PlanFigures &f = p.figures;
   j["predicted"] = {{"iteration_time_s", f.iterationSeconds},
                     {"samples_per_sec", f.samplesPerSecond},
@@ -300,7 +302,8 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(s, r_.object(j, "", "search"));
   if (auto err = knownKeys(
           *s, "/search",
-          {"searcher", "seed", "budget", "space", "cost_model", "optimizer"}))
+          {"searcher", "seed", "budget", "space", "cost_model", "optimizer",
+           "precision"}))
     return err;
   SOAP_PLAN_TRY(searcher, r_.string(*s, "/search", "searcher"));
   SOAP_PLAN_TRY(seed, unsignedInt(*s, "/search", "seed"));
@@ -314,6 +317,15 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   p.inputs.space = space;
   p.inputs.costModel = costModel;
   p.inputs.optimizer = optimizer;
+  if (version_ >= 2) {
+    SOAP_PLAN_TRY(precision, r_.string(*s, "/search", "precision"));
+    if (!parsePrecision(precision))
+      return r_.error("/search/precision",
+                      fmt::format("expected \"fp32\" or \"bf16\", got "
+                                  "\"{}\"",
+                                  precision));
+    p.inputs.precision = precision;
+  }
   return llvm::Error::success();
 }
 

@@ -35,7 +35,6 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
   // holding it (a weight other ops also read is synchronised with theirs,
   // so it is left out: this stays a lower bound).
   double bw = p.cost.memoryBandwidth();
-  int state = optimizerStateFactor(p.optimizer);
   Seconds minSync = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     ValueId w = op.inputs[i];
@@ -43,6 +42,7 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
         g.value(w).users.size() != 1 || !op.sem.inputs[i].present)
       continue;
     Bytes eb = dtypeBytes(g.value(w).dtype);
+    WeightBytes wbytes = weightBytes(g.value(w).dtype, p.optimizer);
     std::map<std::vector<int64_t>, std::vector<DeviceId>> groups;
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
@@ -56,7 +56,7 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
       Bytes bytes = key.back() * eb;
       std::sort(devs.begin(), devs.end());
       devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
-      Seconds upd = static_cast<double>(bytes) * (3 + 2 * state) / bw +
+      Seconds upd = static_cast<double>(key.back() * wbytes.update()) / bw +
                     p.cost.device().launchOverhead;
       Seconds sync =
           devs.size() > 1

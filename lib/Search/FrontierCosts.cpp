@@ -248,8 +248,9 @@ struct FtModelBuilder : FtPaths {
                                    gr.second.second);
     }
     double mem = 0;
+    double perElement = double(totalWeightBytes(wv.dtype, p.optimizer));
     for (const Box &bx : mine)
-      mem += double(bx.volume() * eb) * (2 + optimizerStateFactor(p.optimizer));
+      mem += double(bx.volume()) * perElement;
     return {share * std::max(0.0, sync - window), share * mem};
   }
 
@@ -279,9 +280,9 @@ struct FtModelBuilder : FtPaths {
         if (shared(op.inputs[size_t(wi)])) {
           // Its all-reduce and memory are on the weight edges.
           m.memory_[o][k] -=
-              double(sem.inputRegion(wi, tile).volume() *
-                     dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype)) *
-              (2 + optimizerStateFactor(p.optimizer));
+              double(sem.inputRegion(wi, tile).volume()) *
+              double(totalWeightBytes(g.value(op.inputs[size_t(wi)]).dtype,
+                                      p.optimizer));
           continue;
         }
         std::vector<bool> loops(c.degree.size());

@@ -30,6 +30,7 @@ Json simReport(const Simulator &sim, const SimMetrics &m,
       {"strategy", strategyName.str()},
       {"cost_model", costModeName(ctx.cost.mode()).str()},
       {"optimizer", optimizerName(ctx.optimizer).str()},
+      {"precision", precisionName(ctx.graph.precision()).str()},
       {"samples", samples},
       {"iteration_s", m.iterationTime},
       {"samples_per_s", m.iterationTime > 0 ? samples / m.iterationTime : 0},
@@ -61,11 +62,14 @@ static std::string bytes(const Json &b) {
 
 void printSimReport(const Json &r, llvm::raw_ostream &os) {
   const Json &mem = r["memory"], &cp = r["critical_path"];
-  os << fmt::format("model: {}\ntopology: {}\nstrategy: {}\ncost model: {}\n",
+  os << fmt::format("model: {}\ntopology: {}\nstrategy: {}\ncost model: {} "
+                    "({}, optimizer {})\n",
                     r["model"].get<std::string>(),
                     r["topology"].get<std::string>(),
                     r["strategy"].get<std::string>(),
-                    r["cost_model"].get<std::string>());
+                    r["cost_model"].get<std::string>(),
+                    r["precision"].get<std::string>(),
+                    r["optimizer"].get<std::string>());
   os << fmt::format("iteration time: {} ({:.1f} samples/s at batch {})\n",
                     ms(r["iteration_s"]), r["samples_per_s"].get<double>(),
                     r["samples"].get<int64_t>());

@@ -544,7 +544,6 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     inT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   for (ValueId v : op.outputs)
     outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-  int state = optimizerStateFactor(ctx_->optimizer);
   const Pipeline &pipe = strategy_.pipeline;
   int32_t m = pipe.microBatches;
   // A micro-batch's activations, for each micro-batch the stage holds.
@@ -574,10 +573,11 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
           shardRefs_.erase({op.inputs[i], bk, d});
         if (!change)
           continue;
-        Bytes wb = sign * b.volume() * dtypeBytes(inT[i]);
-        m.weights += wb;
-        m.gradients += wb;
-        m.optimizer += wb * state;
+        WeightBytes per = weightBytes(inT[i], ctx_->optimizer);
+        Bytes n = sign * b.volume();
+        m.weights += n * per.weight;
+        m.gradients += n * per.gradient;
+        m.optimizer += n * per.optimizer;
       }
     }
   }

@@ -207,7 +207,6 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   }
   uint32_t gi = 0;
   double bw = ctx_->cost.memoryBandwidth();
-  int state = optimizerStateFactor(ctx_->optimizer);
   for (const std::vector<size_t> &members : groups) {
     std::vector<DeviceId> devs;
     Bytes bytes = 0;
@@ -231,7 +230,11 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     }
     // The optimizer step: read weight and gradient (and state), write the
     // weight (and state).
-    Seconds upd = static_cast<double>(bytes) * (3 + 2 * state) / bw +
+    // Read the gradient, state and weight; write state and weight.
+    Seconds upd = static_cast<double>(bytes / eb *
+                                      weightBytes(wv.dtype, ctx_->optimizer)
+                                          .update()) /
+                      bw +
                   ctx_->cost.device().launchOverhead;
     for (DeviceId d : devs) {
       Task u;

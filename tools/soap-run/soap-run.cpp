@@ -140,6 +140,12 @@ static llvm::Error run(Comm &comm) {
       return u.takeError();
     graph = std::move(*u);
   }
+  // The CPU and CUDA kernels compute in fp32 (issue 17's bf16 executor is
+  // not built): refuse before any compute.
+  if (plan->inputs.precision != "fp32")
+    return inputError("{}: /search/precision: soap-run computes in fp32 "
+                      "only; this plan is {} (soapc simulate predicts it)",
+                      planPath.getValue(), plan->inputs.precision);
   auto strategy = planStrategy(*plan, *graph, topo, planPath);
   if (!strategy)
     return strategy.takeError();

@@ -122,6 +122,12 @@ static cl::opt<std::string>
                  cl::desc("Optimizer whose state is counted: sgd, momentum, "
                           "adam"),
                  cl::init("sgd"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
+static cl::opt<std::string> precisionOpt(
+    "precision",
+    cl::desc("fp32, or bf16 mixed precision (bf16 activations, weights and "
+             "gradients at the tensor-core rate; fp32 master weights and "
+             "optimizer state)"),
+    cl::init("fp32"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 
 static cl::opt<std::string>
     strategyOpt("strategy",
@@ -284,6 +290,8 @@ static DriverOptions driverOptions() {
     o.costModel = std::string(costModelOpt);
   if (optimizerOpt.getNumOccurrences())
     o.optimizer = std::string(optimizerOpt);
+  if (precisionOpt.getNumOccurrences())
+    o.precision = std::string(precisionOpt);
   o.format = format;
   o.strategy = strategyOpt;
   o.tracePath = traceOpt;

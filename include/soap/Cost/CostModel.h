@@ -31,6 +31,22 @@ std::optional<Optimizer> parseOptimizer(llvm::StringRef name);
 /// Optimizer state bytes per weight byte: SGD 0, momentum 1, Adam 2.
 int optimizerStateFactor(Optimizer o);
 
+/// What one weight element costs the device that holds it: the weight, its
+/// gradient, and the optimizer's state — fp32: 4 + 4 + 4 x state; bf16
+/// (mixed precision): 2 + 2 + 4 x (1 + state), the fp32 master copy
+/// included (16 bytes with Adam, DeepSpeed's figure). `update` is the bytes
+/// its optimizer step reads and writes.
+struct WeightBytes {
+  Bytes weight = 0, gradient = 0, optimizer = 0;
+  Bytes update() const { return gradient + 2 * optimizer + 2 * weight; }
+};
+WeightBytes weightBytes(DType t, Optimizer o);
+/// weight + gradient + optimizer of weightBytes.
+inline Bytes totalWeightBytes(DType t, Optimizer o) {
+  WeightBytes w = weightBytes(t, o);
+  return w.weight + w.gradient + w.optimizer;
+}
+
 enum class CostSource : uint8_t { Profile, Analytic };
 llvm::StringRef costSourceName(CostSource s);
 

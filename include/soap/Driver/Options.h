@@ -23,7 +23,7 @@ struct DriverOptions {
   std::string profilePath;  ///< --profile
   std::optional<int64_t> batch;
   std::optional<bool> noLoss, unrollRnn;
-  std::optional<std::string> costModel, optimizer;
+  std::optional<std::string> costModel, optimizer, precision;
   OutputFormat format = OutputFormat::Auto;
 
   // simulate

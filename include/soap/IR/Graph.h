@@ -114,6 +114,13 @@ public:
   int64_t parameterCount() const;
   /// Forward FLOPs of the whole graph (every op's full tile).
   double forwardFlops() const;
+  /// Mixed precision: every fp32 activation, input and weight becomes bf16
+  /// (the fp32 master weights and optimizer state are the cost model's
+  /// weightBytes; integer values and constants keep their types); the
+  /// semantics are derived again (bytes saved for backward halve).
+  llvm::Error setPrecision(Precision p);
+  /// BF16 when any weight or activation is bf16, else FP32.
+  Precision precision() const;
   /// The op whose name is `name`, or -1.
   OpId findOp(llvm::StringRef name) const;
   ValueId findValue(llvm::StringRef name) const;

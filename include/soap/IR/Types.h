@@ -15,6 +15,13 @@ enum class DType : uint8_t { F32, F16, BF16, F64, I64, I32, I8, U8, Bool };
 /// Bytes of one element.
 int64_t dtypeBytes(DType t);
 llvm::StringRef dtypeName(DType t);
+
+/// --precision: fp32 everywhere, or bf16 mixed precision (bf16 weights,
+/// activations and gradients, fp32 master weights and optimizer state, as
+/// Megatron-LM and DeepSpeed train).
+enum class Precision : uint8_t { FP32, BF16 };
+llvm::StringRef precisionName(Precision p);
+std::optional<Precision> parsePrecision(llvm::StringRef name);
 std::optional<DType> parseDType(llvm::StringRef name);
 bool isFloating(DType t);
 

@@ -36,6 +36,7 @@ struct PlanInputs {
   std::string space;     ///< "flexflow" or "full"
   std::string costModel; ///< "profile", "roofline", ...
   std::string optimizer; ///< "sgd", "adam", ...
+  std::string precision = "fp32"; ///< "fp32" or "bf16" (version 2)
 
   bool operator==(const PlanInputs &o) const;
 };

@@ -299,6 +299,13 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     CHECK(parseError(j) == "p.json: /pipeline/stages: 2 stages declared, the "
                            "ops use 1");
     j = good;
+    j["search"]["precision"] = "fp8";
+    CHECK(parseError(j) == "p.json: /search/precision: expected \"fp32\" or "
+                           "\"bf16\", got \"fp8\"");
+    j = good;
+    j["search"].erase("precision");
+    CHECK(parseError(j) == "p.json: /search/precision: missing required field");
+    j = good;
     j["pipeline"]["micro_batches"] = 0;
     CHECK(parseError(j) ==
           "p.json: /pipeline/micro_batches: must be at least 1, got 0");

@@ -142,9 +142,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box tile = c.tile(op.sem, k);
       // A micro-batch's activations, for each micro-batch in flight.
-      Bytes b = op.sem.savedBytes(
-                    microBatchTile(c, op.sem, k, 0, pipe.microBatches), inT,
-                    outT) *
+      Bytes b = keptBytes(g, tg.strategy(), op.id,
+                          microBatchTile(c, op.sem, k, 0, pipe.microBatches)) *
                 pipe.inFlight(pipe.stage(op.id));
       for (int i : op.sem.weightInputs)
         b += op.sem.inputRegion(i, tile).volume() *

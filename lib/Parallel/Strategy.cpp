@@ -265,8 +265,52 @@ llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
   return llvm::Error::success();
 }
 
+bool savesActivations(const OpSemantics &sem) {
+  return !sem.saved.empty() || !sem.savedExtraBytes.empty();
+}
+
+Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile) {
+  const Op &op = g.op(o);
+  std::vector<DType> none;
+  if (!s.recomputes(o))
+    return op.sem.savedBytes(tile, none, none);
+  double bytes = 0;
+  for (const SavedOperand &so : op.sem.saved) {
+    if (so.isOutput)
+      continue;
+    ValueId v = op.input(size_t(so.index));
+    if (v == kNoValue)
+      continue;
+    OpId producer = g.value(v).producer;
+    if (producer >= 0 && s.recomputes(producer))
+      continue;
+    bytes += double(op.sem.inputRegion(so.index, tile).volume()) *
+             so.bytesPerElement;
+  }
+  return Bytes(bytes);
+}
+
+std::vector<uint8_t> recomputePolicy(const Graph &g, bool full) {
+  std::vector<uint8_t> r(g.numOps(), 0);
+  for (const Op &op : g.ops())
+    r[size_t(op.id)] = savesActivations(op.sem) &&
+                       (full || op.sem.weightInputs.empty());
+  return r;
+}
+
 llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                            const Topology &topo) {
+  if (!s.recompute.empty()) {
+    if (s.recompute.size() != g.numOps())
+      return inputError("{}: the strategy marks {} ops for recomputation, "
+                        "the graph has {}",
+                        g.sourcePath, s.recompute.size(), g.numOps());
+    for (const Op &o : g.ops())
+      if (s.recomputes(o.id) && !savesActivations(o.sem))
+        return inputError("{}: recomputed, but it saves nothing for "
+                          "backward",
+                          g.where(o.id));
+  }
   if (s.configs.size() != g.numOps())
     return inputError("{}: the strategy configures {} ops, the graph has {}",
                       g.sourcePath, s.configs.size(), g.numOps());

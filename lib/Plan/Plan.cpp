@@ -32,7 +32,8 @@ bool PlanFigures::operator==(const PlanFigures &o) const {
 
 bool PlanOp::operator==(const PlanOp &o) const {
   return name == o.name && kind == o.kind && loops == o.loops &&
-         replicas == o.replicas && devices == o.devices && stage == o.stage;
+         replicas == o.replicas && devices == o.devices && stage == o.stage &&
+         recompute == o.recompute;
 }
 
 bool Plan::operator==(const Plan &o) const {
@@ -86,6 +87,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
     po.replicas = c.replicas;
     po.devices = c.devices;
     po.stage = s.pipeline.stage(op.id);
+    po.recompute = s.recomputes(op.id);
     p.ops.push_back(std::move(po));
   }
   return p;
@@ -131,12 +133,15 @@ Json planToJson(const Plan &p) {
     Json loops = Json::object();
     for (const auto &[name, degree] : po.loops)
       loops[name] = degree;
-    ops.push_back({{"op", po.name},
-                   {"kind", po.kind},
-                   {"loops", std::move(loops)},
-                   {"replicas", po.replicas},
-                   {"devices", po.devices},
-                   {"stage", po.stage}});
+    Json jo = {{"op", po.name},
+               {"kind", po.kind},
+               {"loops", std::move(loops)},
+               {"replicas", po.replicas},
+               {"devices", po.devices},
+               {"stage", po.stage}};
+    if (po.recompute)
+      jo["recompute"] = true;
+    ops.push_back(std::move(jo));
   }
   j["ops"] = std::move(ops);
   return j;
@@ -375,7 +380,8 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
     return r_.error(ptr, "expected an object");
   if (auto err =
           knownKeys(o, ptr,
-                    {"op", "kind", "loops", "replicas", "devices", "stage"}))
+                    {"op", "kind", "loops", "replicas", "devices", "stage",
+                     "recompute"}))
     return err;
   PlanOp po;
   SOAP_PLAN_TRY(name, r_.string(o, ptr, "op"));
@@ -401,6 +407,10 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
     if (stage > std::numeric_limits<int32_t>::max())
       return r_.error(jsonPointer(ptr, "stage"), "stage out of range");
     po.stage = static_cast<int32_t>(stage);
+    if (o.contains("recompute")) {
+      SOAP_PLAN_TRY(rc, boolean(o, ptr, "recompute"));
+      po.recompute = rc;
+    }
   }
   SOAP_PLAN_TRY(devices, r_.array(o, ptr, "devices"));
   std::string devPtr = jsonPointer(ptr, "devices");

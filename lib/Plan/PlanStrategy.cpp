@@ -53,6 +53,18 @@ opConfig(const PlanOp &po, const Op &op, const Topology &topo,
 
 /// The plan's pipeline on `s` (whose configs are set): stages by op name.
 void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
+  s.recompute.clear();
+  bool anyRecompute = false;
+  for (const PlanOp &po : p.ops)
+    anyRecompute |= po.recompute;
+  if (anyRecompute) {
+    s.recompute.assign(g.numOps(), 0);
+    for (const PlanOp &po : p.ops) {
+      OpId id = g.findOp(po.name);
+      if (id >= 0)
+        s.recompute[size_t(id)] = po.recompute;
+    }
+  }
   s.pipeline = Pipeline();
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;
@@ -112,6 +124,15 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
   if (auto err = verifyPipeline(s, g))
     return inputError("{}: /pipeline: {}", planPath.str(),
                       errorMessage(std::move(err)));
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    OpId id = g.findOp(p.ops[i].name);
+    if (p.ops[i].recompute && !savesActivations(g.op(id).sem))
+      return inputError("{}: {}: op '{}' is recomputed, but it saves nothing "
+                        "for backward",
+                        planPath.str(),
+                        jsonPointer(jsonPointer("/ops", i), "recompute"),
+                        p.ops[i].name);
+  }
   return s;
 }
 
@@ -172,6 +193,11 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
     setPipeline(p, g, whole);
     if (auto err = verifyPipeline(whole, g))
       add(errorMessage(std::move(err)));
+    for (const Op &op : g.ops())
+      if (whole.recomputes(op.id) && !savesActivations(op.sem))
+        add(fmt::format("op '{}' ({}) is recomputed, but it saves nothing "
+                        "for backward",
+                        op.name, op.kind));
   }
 
   if (resimulated && !resimulated->fits) {

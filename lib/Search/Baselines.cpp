@@ -101,8 +101,22 @@ public:
         if (!e)
           return e.takeError();
         ++tried_;
-        spdlog::info("megatron: t={} p={} m={}: {:.3f} ms{}", t, stages,
-                     s->pipeline.microBatches, e->first * 1e3,
+        // Megatron's --recompute-activations, then full recomputation,
+        // when the shape does not fit as it is.
+        const char *recompute = "";
+        for (bool full : {false, true}) {
+          if (e->second)
+            break;
+          s->recompute = recomputePolicy(p.graph, full);
+          e = evaluate(p, *s);
+          if (!e)
+            return e.takeError();
+          ++tried_;
+          recompute = full ? ", full recomputation" : ", selective "
+                                                      "recomputation";
+        }
+        spdlog::info("megatron: t={} p={} m={}{}: {:.3f} ms{}", t, stages,
+                     s->pipeline.microBatches, recompute, e->first * 1e3,
                      e->second ? "" : " (does not fit)");
         if (e->second && (!best || e->first < best->iterationTime)) {
           best = SearchResult();

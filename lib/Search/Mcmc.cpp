@@ -118,9 +118,14 @@ public:
       // A pipelined strategy: one proposal in eight moves a stage boundary
       // by one op or doubles or halves the micro-batches, simulated in
       // full (the task graph's shape changes).
-      if (tg->strategy().pipeline.active() && rng.uniform(8) == 0) {
+      const Strategy &curS = tg->strategy();
+      bool piped = curS.pipeline.active(), recomputing = !curS.recompute.empty();
+      if ((piped || recomputing) && rng.uniform(8) == 0) {
+        // A pipeline move, or one op's recomputation switched.
         std::optional<Strategy> moved =
-            pipelineMove(tg->strategy(), rng);
+            piped && (!recomputing || rng.uniform(2) == 0)
+                ? pipelineMove(curS, rng)
+                : recomputeFlip(curS, rng);
         if (!moved)
           continue;
         ++r.proposals;
@@ -259,6 +264,22 @@ private:
     return true;
   }
 
+  /// One op (among those that save something) recomputed or kept.
+  std::optional<Strategy> recomputeFlip(const Strategy &cur, Rng &rng) const {
+    Strategy s = cur;
+    const Graph &g = p_.graph;
+    if (s.recompute.empty())
+      s.recompute.assign(g.numOps(), 0);
+    for (int tries = 0; tries < 8; ++tries) {
+      OpId o = OpId(rng.uniform(g.numOps()));
+      if (!savesActivations(g.op(o).sem))
+        continue;
+      s.recompute[size_t(o)] ^= 1;
+      return s;
+    }
+    return std::nullopt;
+  }
+
   /// A stage boundary moved by one op (the op's configuration moved to the
   /// other stage's devices), or m doubled or halved.
   std::optional<Strategy> pipelineMove(const Strategy &cur, Rng &rng) const {
@@ -345,6 +366,19 @@ public:
         initial.push_back(std::move(*piped));
       else
         llvm::consumeError(piped.takeError());
+    }
+    // Data parallelism that does not fit: also start from it with selective
+    // and with full activation recomputation.
+    {
+      auto e = evaluate(p, initial[0]);
+      if (!e)
+        return e.takeError();
+      if (!e->second)
+        for (bool full : {false, true}) {
+          Strategy r = initial[0];
+          r.recompute = recomputePolicy(g, full);
+          initial.push_back(std::move(r));
+        }
     }
     // The candidates that fit first, fastest first: past the deadline only
     // the first job runs, and it should start from the best (on a model

@@ -177,8 +177,22 @@ public:
           if (!e)
             return e.takeError();
           ++simulated;
-          spdlog::info("pipeline: {} stages x {} ({}), m={}: {:.3f} ms{}",
-                       stages, group, plan.name, m, e->first * 1e3,
+          // What does not fit is tried again with selective, then full
+          // activation recomputation.
+          const char *recompute = "";
+          for (bool full : {false, true}) {
+            if (e->second)
+              break;
+            s.recompute = recomputePolicy(p.graph, full);
+            e = evaluate(p, s);
+            if (!e)
+              return e.takeError();
+            ++simulated;
+            recompute = full ? ", full recomputation"
+                             : ", selective recomputation";
+          }
+          spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms{}",
+                       stages, group, plan.name, m, recompute, e->first * 1e3,
                        e->second ? "" : " (does not fit)");
           if (o.progress && best)
             o.progress({best->iterationTime, simulated, 0, 0});

@@ -193,7 +193,9 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         Task b;
         b.kind = TaskKind::Backward;
         b.key = key(TaskKind::Backward, uo, static_cast<uint32_t>(k), rk);
-        b.exe = kt->backward();
+        // A recomputed op runs its forward again first.
+        b.exe = kt->backward() +
+                (strategy_.recomputes(o) ? kt->forward : Seconds(0));
         b.resources = {d};
         b.op = o;
         b.tile = k;
@@ -551,8 +553,12 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
   for (int64_t k = 0; k < c.numTiles(); ++k) {
     Box tile = c.tile(op.sem, k);
     Box mbTile = microBatchTile(c, op.sem, k, 0, m);
-    Bytes saved = op.sem.savedBytes(mbTile, inT, outT) * inFlight;
+    Bytes saved = keptBytes(g, strategy_, o, mbTile) * inFlight;
     Bytes ws = ctx_->cost.memory(g, op, mbTile, ctx_->optimizer).workspace;
+    // Recomputed: what its forward saves exists again, for one micro-batch,
+    // while its backward runs.
+    if (strategy_.recomputes(o))
+      ws += op.sem.savedBytes(mbTile, inT, outT);
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
       DeviceMemory &m = mem_[d];

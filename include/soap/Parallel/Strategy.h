@@ -94,15 +94,40 @@ struct Pipeline {
   }
 };
 
-/// A configuration for every op of a graph, indexed by OpId, and how the
-/// iteration is pipelined.
+/// A configuration for every op of a graph, indexed by OpId, how the
+/// iteration is pipelined, and which ops recompute their forward in the
+/// backward pass instead of keeping what it saves (issue 17).
 struct Strategy {
   std::vector<OpConfig> configs;
   Pipeline pipeline;
+  /// Per op, 1 when it is recomputed; empty: none. A recomputed op keeps
+  /// only the saved inputs that a kept (not recomputed) op produced — the
+  /// checkpoints — and runs its forward again before its backward.
+  std::vector<uint8_t> recompute;
+  bool recomputes(OpId o) const {
+    return !recompute.empty() && recompute[size_t(o)] != 0;
+  }
   bool operator==(const Strategy &o) const {
-    return configs == o.configs && pipeline == o.pipeline;
+    return configs == o.configs && pipeline == o.pipeline &&
+           recompute == o.recompute;
   }
 };
+
+/// Bytes op `o`'s `tile` keeps for backward under `s`: everything it saves,
+/// or, recomputed, only its saved inputs produced by kept ops (graph inputs
+/// and weights count as kept).
+Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile);
+
+/// Which ops save anything for backward (recomputing the others means
+/// nothing).
+bool savesActivations(const OpSemantics &sem);
+
+/// Recomputation policies for the searchers and baselines: `selective`
+/// recomputes every op without weights that saves something (norms,
+/// activations, softmax, dropout: cheap to run again, large to keep, as
+/// Megatron's selective recomputation); `full` every op that saves
+/// something, keeping only the graph's inputs.
+std::vector<uint8_t> recomputePolicy(const Graph &g, bool full);
 
 /// The pipeline's part of verifyStrategy (stages, device groups,
 /// micro-batch divisibility).

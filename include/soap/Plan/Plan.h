@@ -74,6 +74,7 @@ struct PlanOp {
   int32_t replicas = 1;
   std::vector<DeviceId> devices;
   int32_t stage = 0; ///< its pipeline stage (version 2)
+  bool recompute = false; ///< forward run again in backward (version 2)
 
   bool operator==(const PlanOp &o) const;
 };

@@ -227,3 +227,69 @@ TEST_CASE("verifyStrategy refuses malformed pipelines", "[Sim][pipeline]") {
     st = st == 1 ? 2 : st;
   CHECK_THAT(error(gap), Catch::Contains("pipeline stage 1 has no ops"));
 }
+
+TEST_CASE("activation recomputation trades saved bytes for a forward again",
+          "[Sim][recompute]") {
+  Fixture f("transformer_small", 32, "dgx-h100-1");
+  Strategy kept = f.pipelined(1, 1, PipelineSchedule::OneFOneB, 8);
+  Strategy sel = kept, full = kept;
+  sel.recompute = recomputePolicy(*f.g, false);
+  full.recompute = recomputePolicy(*f.g, true);
+  SimMetrics a = f.run(kept), b = f.run(sel), c = f.run(full);
+  // Less kept, more time; weights untouched.
+  CHECK(b.memory[0].saved < a.memory[0].saved);
+  CHECK(c.memory[0].saved < b.memory[0].saved);
+  CHECK(b.iterationTime > a.iterationTime);
+  CHECK(c.iterationTime > b.iterationTime);
+  CHECK(c.memory[0].weights == a.memory[0].weights);
+  // An op that saves nothing cannot be recomputed.
+  Strategy bad = kept;
+  bad.recompute.assign(f.g->numOps(), 0);
+  for (const Op &op : f.g->ops())
+    if (!savesActivations(op.sem)) {
+      bad.recompute[size_t(op.id)] = 1;
+      llvm::Error e = verifyStrategy(bad, *f.g, f.topo);
+      REQUIRE(bool(e));
+      CHECK_THAT(errorMessage(std::move(e)),
+                 Catch::Contains("recomputed, but it saves nothing for "
+                                 "backward"));
+      break;
+    }
+}
+
+TEST_CASE("delta simulation equals full simulation with recomputation",
+          "[Sim][recompute]") {
+  Fixture f("transformer_small", 32, "p100-4x4");
+  Strategy s = f.pipelined(2, 2, PipelineSchedule::OneFOneB, 8);
+  s.recompute = recomputePolicy(*f.g, false);
+  auto tg = TaskGraph::build(f.ctx, s);
+  if (!tg)
+    FAIL(errorMessage(tg.takeError()));
+  Simulator sim(*tg);
+  sim.simulateFull();
+  Rng rng(11, "recompute-delta");
+  for (int step = 0; step < 30; ++step) {
+    OpId o = OpId(rng.uniform(f.g->numOps()));
+    const OpSemantics &sem = f.g->op(o).sem;
+    int32_t st = s.pipeline.stage(o);
+    OpConfig c = OpConfig::single(sem, DeviceId(st * 8));
+    int32_t ds = int32_t(1) << rng.uniform(4);
+    c.degree[0] = ds;
+    c.devices.clear();
+    for (int32_t k = 0; k < ds; ++k)
+      c.devices.push_back(DeviceId(st * 8 + k));
+    auto t = sim.apply(o, c);
+    if (!t)
+      FAIL(errorMessage(t.takeError()));
+    s.configs[size_t(o)] = c;
+    auto fresh = TaskGraph::build(f.ctx, s);
+    if (!fresh)
+      FAIL(errorMessage(fresh.takeError()));
+    Simulator full(*fresh);
+    REQUIRE(*t == full.simulateFull());
+    for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
+      REQUIRE(tg->memory()[d].saved == fresh->memory()[d].saved);
+      REQUIRE(tg->memory()[d].workspace == fresh->memory()[d].workspace);
+    }
+  }
+}

@@ -112,8 +112,7 @@ void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
 
 CostModel::CostModel(const DeviceSpec &device, const CostDatabase *db,
                      CostMode mode)
-    : device_(device), db_(db), mode_(mode),
-      memEff_(kBuiltinMemoryEfficiency) {
+    : device_(device), db_(db), mode_(mode), memEff_(kBuiltinMemoryEfficiency) {
   if (db_ && db_->memoryEfficiency > 0)
     memEff_ = db_->memoryEfficiency;
   else if (db_ && db_->memoryBandwidthBytesPerSec > 0)
@@ -218,8 +217,7 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);
     double flops = op.sem.tileFlops(pass, tile);
-    double bytes =
-        static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
+    double bytes = static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
     if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
       flops = bytes = 0;
     t[p] = flops <= 0 && bytes <= 0

@@ -71,8 +71,8 @@ searcherNames(llvm::StringRef list) {
     if (n.empty())
       continue;
     if (!SearcherRegistry::instance().lookup(n))
-      return inputError("unknown searcher '{}'; the searchers are: {}",
-                        n.str(), SearcherRegistry::instance().names());
+      return inputError("unknown searcher '{}'; the searchers are: {}", n.str(),
+                        SearcherRegistry::instance().names());
     names.push_back(n.str());
   }
   if (names.empty())
@@ -171,10 +171,10 @@ llvm::Error runCompare(const DriverOptions &d) {
     st.done.wait_for(lock, std::chrono::milliseconds(250),
                      [&] { return !st.finished.empty(); });
     if (st.finished.empty()) {
-      std::string line = fmt::format(
-          "{:.0f} s", std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count());
+      std::string line =
+          fmt::format("{:.0f} s", std::chrono::duration<double>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
       for (const std::string &x : st.status)
         if (!x.empty())
           line += " | " + x;

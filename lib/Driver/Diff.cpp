@@ -21,18 +21,19 @@ static Bytes peakOf(const TaskGraph &tg) {
 static void printDiff(const Json &j, llvm::raw_ostream &os) {
   auto side = [&](const char *k) {
     const Json &s = j[k];
-    return fmt::format("{} ({}): {:.3f} ms, peak {}", s["plan"].get<std::string>(),
-                       s["searcher"].get<std::string>(),
-                       s["iteration_s"].get<double>() * 1e3,
-                       formatBytes(s["peak_memory_bytes"].get<double>()));
+    return fmt::format(
+        "{} ({}): {:.3f} ms, peak {}", s["plan"].get<std::string>(),
+        s["searcher"].get<std::string>(), s["iteration_s"].get<double>() * 1e3,
+        formatBytes(s["peak_memory_bytes"].get<double>()));
   };
-  os << "a: " << side("a") << "\n" << "b: " << side("b") << "\n";
+  os << "a: " << side("a") << "\n"
+     << "b: " << side("b") << "\n";
   double a = j["a"]["iteration_s"].get<double>();
   double b = j["b"]["iteration_s"].get<double>();
   os << fmt::format("{} of {} ops differ; b is {:+.3f} ms ({:+.1f}%) against "
                     "a\n",
-                    j["ops"].size(), j["num_ops"].get<int64_t>(),
-                    (b - a) * 1e3, a > 0 ? 100 * (b - a) / a : 0.0);
+                    j["ops"].size(), j["num_ops"].get<int64_t>(), (b - a) * 1e3,
+                    a > 0 ? 100 * (b - a) / a : 0.0);
   if (j["ops"].empty())
     return;
   os << "\neach difference alone (a with only that op as in b):\n";

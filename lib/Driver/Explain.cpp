@@ -2,8 +2,8 @@
 // share, per op its configuration and the time, memory and bytes it
 // contributes, and the communication by kind and link level; --dot/--svg
 // draw the plan graph.
-#include "soap/Driver/Commands.h"
 #include "soap/Driver/Explain.h"
+#include "soap/Driver/Commands.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/PlanGraph.h"
 #include "soap/Driver/Session.h"
@@ -73,8 +73,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     const Task &t = tasks[id];
     if (!t.alive)
       continue;
-    OpRow *row = t.op >= 0 && size_t(t.op) < nOps ? &ops[size_t(t.op)]
-                                                   : nullptr;
+    OpRow *row =
+        t.op >= 0 && size_t(t.op) < nOps ? &ops[size_t(t.op)] : nullptr;
     if (onPath[id]) {
       byKind[int(t.kind)] += t.exe;
       if (row) {
@@ -119,8 +119,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   Json cp;
   cp["tasks"] = path.size();
   cp["busy_s"] = total;
-  cp["compute_s"] = byKind[int(TaskKind::Forward)] +
-                    byKind[int(TaskKind::Backward)];
+  cp["compute_s"] =
+      byKind[int(TaskKind::Forward)] + byKind[int(TaskKind::Backward)];
   cp["transfer_s"] = byKind[int(TaskKind::Transfer)];
   cp["collective_s"] = byKind[int(TaskKind::Collective)];
   cp["update_s"] = byKind[int(TaskKind::Update)];
@@ -155,18 +155,18 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     for (const auto &[d, b] : held)
       most = std::max(most, b);
     const OpRow &row = ops[size_t(op.id)];
-    opsJson.push_back({{"op", op.name},
-                       {"kind", op.kind},
-                       {"config", c.str(op.sem)},
-                       {"devices", c.deviceSet().size()},
-                       {"device_compute_s", row.compute},
-                       {"critical_s", row.critical},
-                       {"critical_share",
-                        m.iterationTime > 0 ? row.critical / m.iterationTime
-                                            : 0.0},
-                       {"memory_bytes", most},
-                       {"transfer_in_bytes", row.transferIn},
-                       {"collective_bytes", row.collective}});
+    opsJson.push_back(
+        {{"op", op.name},
+         {"kind", op.kind},
+         {"config", c.str(op.sem)},
+         {"devices", c.deviceSet().size()},
+         {"device_compute_s", row.compute},
+         {"critical_s", row.critical},
+         {"critical_share",
+          m.iterationTime > 0 ? row.critical / m.iterationTime : 0.0},
+         {"memory_bytes", most},
+         {"transfer_in_bytes", row.transferIn},
+         {"collective_bytes", row.collective}});
   }
   j["ops"] = std::move(opsJson);
   Json commJson = Json::array();
@@ -186,12 +186,11 @@ static std::string pct(double x) { return fmt::format("{:.1f}%", x * 100); }
 
 void printExplain(const Json &j, size_t top, llvm::raw_ostream &os) {
   double it = j["iteration_s"].get<double>();
-  os << fmt::format("{}: {} plan for {} on {} ({} devices, batch {})\n",
-                    j["plan"].get<std::string>(),
-                    j["searcher"].get<std::string>(),
-                    j["model"].get<std::string>(),
-                    j["topology"].get<std::string>(),
-                    j["devices"].get<int64_t>(), j["batch"].get<int64_t>());
+  os << fmt::format(
+      "{}: {} plan for {} on {} ({} devices, batch {})\n",
+      j["plan"].get<std::string>(), j["searcher"].get<std::string>(),
+      j["model"].get<std::string>(), j["topology"].get<std::string>(),
+      j["devices"].get<int64_t>(), j["batch"].get<int64_t>());
   os << fmt::format("predicted iteration time: {} ms; peak memory {} of {} "
                     "(device {}){}\n",
                     ms(it), formatBytes(j["peak_memory_bytes"].get<double>()),
@@ -207,8 +206,7 @@ void printExplain(const Json &j, size_t top, llvm::raw_ostream &os) {
                     "collectives {}, updates {}; waiting {} ms\n",
                     cp["tasks"].get<int64_t>(), share("compute_s"),
                     share("transfer_s"), share("collective_s"),
-                    share("update_s"),
-                    ms(it - cp["busy_s"].get<double>()));
+                    share("update_s"), ms(it - cp["busy_s"].get<double>()));
 
   // Ops by their time on the critical path, then by compute.
   std::vector<const Json *> ops;
@@ -223,16 +221,15 @@ void printExplain(const Json &j, size_t top, llvm::raw_ostream &os) {
            (*b)["device_compute_s"].get<double>();
   });
   size_t shown = top == 0 ? ops.size() : std::min(top, ops.size());
-  os << fmt::format("\nops ({} of {}, by time on the critical path):\n",
-                    shown, ops.size());
+  os << fmt::format("\nops ({} of {}, by time on the critical path):\n", shown,
+                    ops.size());
   Table t({"op", "kind", "configuration", "critical ms", "share", "device ms",
            "memory", "bytes in", "collective"},
           {false, false, false, true, true, true, true, true, true});
   for (size_t i = 0; i < shown; ++i) {
     const Json &o = *ops[i];
     t.addRow({o["op"].get<std::string>(), o["kind"].get<std::string>(),
-              o["config"].get<std::string>(),
-              ms(o["critical_s"].get<double>()),
+              o["config"].get<std::string>(), ms(o["critical_s"].get<double>()),
               pct(o["critical_share"].get<double>()),
               ms(o["device_compute_s"].get<double>()),
               formatBytes(o["memory_bytes"].get<double>()),

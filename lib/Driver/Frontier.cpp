@@ -45,7 +45,9 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
         p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
         p.simulated ? formatBytes(double(p.simPeakMemory)) : "-",
-        !p.simulated ? "-" : p.simFits ? "yes" : "no",
+        !p.simulated ? "-"
+        : p.simFits  ? "yes"
+                     : "no",
         int(i) == chosen ? "  <- chosen" : "");
   }
   FtKnee k = frontierKnee(r);
@@ -66,10 +68,10 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
 
 /// soapc frontier: TensorOpt's cost frontier and its modes (section 4.1).
 llvm::Error runFrontier(const DriverOptions &d) {
-  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
-                                "-o", &d.outputPath},
-                            {"--write-json", &d.ftJsonPath},
-                            {"--svg", &d.ftSvgPath}})
+  for (auto [flag, path] :
+       {std::pair<const char *, const std::string *>{"-o", &d.outputPath},
+        {"--write-json", &d.ftJsonPath},
+        {"--svg", &d.ftSvgPath}})
     if (auto err = checkOutputPath(flag, *path))
       return err;
   auto su = Session::open(d);
@@ -108,9 +110,9 @@ llvm::Error runFrontier(const DriverOptions &d) {
     if (!rs)
       return rs.takeError();
     reports = std::move(*rs);
-    llvm::outs() << fmt::format("{:>7} {:>7} {:>14} {:>16} {:>6}\n",
-                                "devices", "points", "least memory",
-                                "fastest fitting", "point");
+    llvm::outs() << fmt::format("{:>7} {:>7} {:>14} {:>16} {:>6}\n", "devices",
+                                "points", "least memory", "fastest fitting",
+                                "point");
     for (size_t i = 0; i < reports.size(); ++i) {
       int b = miniTimePoint(reports[i]);
       const FtFrontierReport &r = reports[i];
@@ -119,8 +121,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
           r.points.empty() ? std::string("-")
                            : formatBytes(double(r.points[0].simPeakMemory)),
           b < 0 ? std::string("does not fit")
-                : fmt::format("{:.3f} ms",
-                              r.points[size_t(b)].simTime * 1e3),
+                : fmt::format("{:.3f} ms", r.points[size_t(b)].simTime * 1e3),
           b < 0 ? std::string("-") : std::to_string(b));
       if (b >= 0 && chosen < 0 && *mode == FtMode::MiniParallelism) {
         chosen = b;
@@ -132,10 +133,9 @@ llvm::Error runFrontier(const DriverOptions &d) {
       for (size_t i = 0; i < reports.size(); ++i) {
         int b = miniTimePoint(reports[i]);
         if (b >= 0 &&
-            (chosen < 0 || reports[i].points[size_t(b)].simTime <
-                               reports[chosenReport]
-                                   .points[size_t(chosen)]
-                                   .simTime)) {
+            (chosen < 0 ||
+             reports[i].points[size_t(b)].simTime <
+                 reports[chosenReport].points[size_t(chosen)].simTime)) {
           chosen = b;
           chosenReport = i;
         }
@@ -165,23 +165,22 @@ llvm::Error runFrontier(const DriverOptions &d) {
   if (d.ftPoint >= 0) {
     if (size_t(d.ftPoint) >= rep.points.size())
       return inputError("--point {}: the frontier has {} points (0 to {})",
-                        d.ftPoint, rep.points.size(),
-                        rep.points.size() - 1);
+                        d.ftPoint, rep.points.size(), rep.points.size() - 1);
     chosen = d.ftPoint;
   }
   if (chosen < 0) {
     if (*mode == FtMode::Frontier && d.outputPath.empty())
       return llvm::Error::success();
-    return makeError(ExitCode::Infeasible,
-                     "{}: no point of the cost frontier fits in device "
-                     "memory on {} ({} per device){}",
-                     d.modelPath, s.topo->name(),
-                     formatBytes(double(s.topo->deviceSpec().memoryBytes)),
-                     rep.points.empty()
-                         ? std::string()
-                         : fmt::format("; the least memory point needs {}",
-                                       formatBytes(double(
-                                           rep.points[0].simPeakMemory))));
+    return makeError(
+        ExitCode::Infeasible,
+        "{}: no point of the cost frontier fits in device "
+        "memory on {} ({} per device){}",
+        d.modelPath, s.topo->name(),
+        formatBytes(double(s.topo->deviceSpec().memoryBytes)),
+        rep.points.empty()
+            ? std::string()
+            : fmt::format("; the least memory point needs {}",
+                          formatBytes(double(rep.points[0].simPeakMemory))));
   }
   FtScored &pt = rep.points[size_t(chosen)];
   if (!pt.simulated) {
@@ -196,8 +195,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
   if (*mode != FtMode::Frontier)
     llvm::outs() << fmt::format("{}: {} devices, point {}: {:.3f} ms, {} per "
                                 "device (simulator)\n",
-                                d.ftMode, rep.devices, chosen,
-                                pt.simTime * 1e3,
+                                d.ftMode, rep.devices, chosen, pt.simTime * 1e3,
                                 formatBytes(double(pt.simPeakMemory)));
   if (d.outputPath.empty())
     return llvm::Error::success();

@@ -59,18 +59,18 @@ std::string planGraphDot(const Graph &g, const Strategy &s,
   const Json *ops = explanation.contains("ops") ? &explanation["ops"] : nullptr;
   for (const Op &op : g.ops()) {
     const OpConfig &c = s.configs[size_t(op.id)];
-    std::string label = fmt::format("{}\\n{}\\n{}", dotEscape(op.name),
-                                    dotEscape(op.kind),
-                                    dotEscape(c.str(op.sem)));
+    std::string label =
+        fmt::format("{}\\n{}\\n{}", dotEscape(op.name), dotEscape(op.kind),
+                    dotEscape(c.str(op.sem)));
     if (ops && size_t(op.id) < ops->size()) {
       double crit = (*ops)[size_t(op.id)]["critical_s"].get<double>();
       if (crit > 0)
         label += fmt::format("\\ncritical {:.3f} ms", crit * 1e3);
     }
-    out += fmt::format("  op{} [label=\"{}\", fillcolor=\"{}\"];\n", op.id,
-                       label,
-                       kPalette[colour[shapes[size_t(op.id)]] %
-                                (sizeof kPalette / sizeof *kPalette)]);
+    out +=
+        fmt::format("  op{} [label=\"{}\", fillcolor=\"{}\"];\n", op.id, label,
+                    kPalette[colour[shapes[size_t(op.id)]] %
+                             (sizeof kPalette / sizeof *kPalette)]);
   }
   for (const Op &op : g.ops())
     for (ValueId v : op.inputs)
@@ -117,8 +117,8 @@ llvm::Error renderSvg(const std::string &dotProgram, const std::string &dot,
   }
   std::string msg;
   std::vector<llvm::StringRef> args = {dotProgram, "-Tsvg", in, "-o", out};
-  int rc = llvm::sys::ExecuteAndWait(dotProgram, args, llvm::None, {}, 0, 0,
-                                     &msg);
+  int rc =
+      llvm::sys::ExecuteAndWait(dotProgram, args, llvm::None, {}, 0, 0, &msg);
   if (rc != 0) {
     cleanup();
     return internalError("dot -Tsvg failed (exit {}){}", rc,

@@ -33,8 +33,7 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
     how += fmt::format(", timed out after {}: the fastest baseline ({})",
                        d.timeout, out->fallback);
   else if (out->timedOut)
-    how += fmt::format(", timed out after {}: the best plan so far",
-                       d.timeout);
+    how += fmt::format(", timed out after {}: the best plan so far", d.timeout);
   llvm::outs() << fmt::format(
       "searcher: {} ({})\n"
       "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"

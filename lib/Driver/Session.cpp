@@ -27,8 +27,7 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
   std::string precision = o.precision.value_or("fp32");
   auto prec = parsePrecision(precision);
   if (!prec)
-    return inputError("--precision must be fp32 or bf16, got '{}'",
-                      precision);
+    return inputError("--precision must be fp32 or bf16, got '{}'", precision);
   ImportOptions opts;
   opts.batch = effectiveBatch(o, devices);
   opts.appendLoss = !o.noLoss.value_or(false);
@@ -65,8 +64,7 @@ loadProfile(const DriverOptions &o, llvm::StringRef device) {
   return std::optional<CostDatabase>(std::move(*db));
 }
 
-llvm::Expected<std::unique_ptr<Session>>
-Session::open(const DriverOptions &o) {
+llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
   if (o.topologyPath.empty())
     return inputError("--topology is required");
   std::string costModel = o.costModel.value_or("profile");
@@ -163,8 +161,7 @@ llvm::Error checkOutputPath(llvm::StringRef flag, llvm::StringRef path) {
   if (path.empty() || path == "-")
     return llvm::Error::success();
   if (llvm::sys::fs::is_directory(path))
-    return inputError("{} {}: a directory, not a file", flag.str(),
-                      path.str());
+    return inputError("{} {}: a directory, not a file", flag.str(), path.str());
   llvm::SmallString<256> dir(path);
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())

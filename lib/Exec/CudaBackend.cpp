@@ -240,8 +240,8 @@ void eltBackward(KernelCtx &ctx) {
     }
     auto ptr = [&](int i) { return i < n ? x[i]->get() : nullptr; };
     auto dptr = [&](int i) { return i < n ? dx[i]->get() : nullptr; };
-    cuda::eltBackward(s, fn, sc.a, sc.b, n, y.get(), dy.get(), ptr(0),
-                      ptr(1), ptr(2), dptr(0), dptr(1), dptr(2));
+    cuda::eltBackward(s, fn, sc.a, sc.b, n, y.get(), dy.get(), ptr(0), ptr(1),
+                      ptr(2), dptr(0), dptr(1), dptr(2));
     for (int i = 0; i < n; ++i)
       dx[i]->download(t.gin[i]);
     if (const char *e = cuda::lastError())

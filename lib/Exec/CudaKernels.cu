@@ -227,8 +227,8 @@ __device__ float partial(DevFn fn, float alpha, float beta, const float *x,
 }
 
 __global__ void kEltFwd(DevSpace s, DevFn fn, float alpha, float beta, int n,
-                        float *y,
-                        const float *x0, const float *x1, const float *x2) {
+                        float *y, const float *x0, const float *x1,
+                        const float *x2) {
   int64_t o[kMaxOperands];
   const float *xs[3] = {x0, x1, x2};
   SOAP_POINTS(s) {

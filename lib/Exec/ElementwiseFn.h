@@ -45,13 +45,13 @@ enum class ElemFn : int {
 /// The function of an op kind ("Relu" -> Relu); nullopt for other kinds.
 inline std::optional<ElemFn> elemFnOf(std::string_view kind) {
   static constexpr std::string_view kNames[] = {
-      "Add",     "Sub",     "Mul",  "Div",       "Pow",  "Max",
-      "Min",     "Where",   "Equal", "Less",     "Greater", "Relu",
-      "LeakyRelu", "Gelu",  "Sigmoid", "Tanh",   "Erf",  "Exp",
-      "Log",     "Sqrt",    "Reciprocal", "Neg", "Abs",  "Not",
-      "Cast",    "Identity", "Expand", "Clip", "HardSigmoid", "HardSwish"};
-  for (int i = 0; i < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]));
-       ++i)
+      "Add",        "Sub",    "Mul",       "Div",         "Pow",
+      "Max",        "Min",    "Where",     "Equal",       "Less",
+      "Greater",    "Relu",   "LeakyRelu", "Gelu",        "Sigmoid",
+      "Tanh",       "Erf",    "Exp",       "Log",         "Sqrt",
+      "Reciprocal", "Neg",    "Abs",       "Not",         "Cast",
+      "Identity",   "Expand", "Clip",      "HardSigmoid", "HardSwish"};
+  for (int i = 0; i < static_cast<int>(sizeof(kNames) / sizeof(kNames[0])); ++i)
     if (kNames[i] == kind)
       return static_cast<ElemFn>(i);
   return std::nullopt;

@@ -176,36 +176,36 @@ void Runner::setUp() {
   plans_.assign(size_t(m), std::vector<OpPlan>(g_.numOps()));
   tasks_.assign(size_t(m), std::vector<std::vector<Task>>(g_.numOps()));
   for (int32_t mb = 0; mb < m; ++mb)
-  for (const Op &op : g_.ops()) {
-    const OpConfig &c = s_.configs[op.id];
-    OpPlan &p = plans_[size_t(mb)][size_t(op.id)];
-    int64_t n = c.numTiles();
-    p.inReg.assign(op.inputs.size(), std::vector<Box>(n));
-    p.outReg.assign(op.outputs.size(), std::vector<Box>(n));
-    p.localTask.assign(n, -1);
-    for (int64_t k = 0; k < n; ++k) {
-      Box t = microBatchTile(c, op.sem, k, mb, m);
-      p.tiles.push_back(t);
-      for (size_t i = 0; i < op.inputs.size(); ++i)
-        p.inReg[i][k] = op.inputs[i] == kNoValue
-                            ? Box()
-                            : op.sem.inputRegion(static_cast<int>(i), t);
-      for (size_t j = 0; j < op.outputs.size(); ++j)
-        p.outReg[j][k] = op.outputs[j] == kNoValue
-                             ? Box()
-                             : op.sem.outputRegion(static_cast<int>(j), t);
-      for (int32_t r = 0; r < c.replicas; ++r)
-        if (static_cast<int>(c.device(k, r)) == me_) {
-          std::vector<Task> &ts = tasks_[size_t(mb)][size_t(op.id)];
-          p.localTask[k] = static_cast<int>(ts.size());
-          Task task;
-          task.tile = k;
-          task.replica = r;
-          task.loops = t;
-          ts.push_back(std::move(task));
-        }
+    for (const Op &op : g_.ops()) {
+      const OpConfig &c = s_.configs[op.id];
+      OpPlan &p = plans_[size_t(mb)][size_t(op.id)];
+      int64_t n = c.numTiles();
+      p.inReg.assign(op.inputs.size(), std::vector<Box>(n));
+      p.outReg.assign(op.outputs.size(), std::vector<Box>(n));
+      p.localTask.assign(n, -1);
+      for (int64_t k = 0; k < n; ++k) {
+        Box t = microBatchTile(c, op.sem, k, mb, m);
+        p.tiles.push_back(t);
+        for (size_t i = 0; i < op.inputs.size(); ++i)
+          p.inReg[i][k] = op.inputs[i] == kNoValue
+                              ? Box()
+                              : op.sem.inputRegion(static_cast<int>(i), t);
+        for (size_t j = 0; j < op.outputs.size(); ++j)
+          p.outReg[j][k] = op.outputs[j] == kNoValue
+                               ? Box()
+                               : op.sem.outputRegion(static_cast<int>(j), t);
+        for (int32_t r = 0; r < c.replicas; ++r)
+          if (static_cast<int>(c.device(k, r)) == me_) {
+            std::vector<Task> &ts = tasks_[size_t(mb)][size_t(op.id)];
+            p.localTask[k] = static_cast<int>(ts.size());
+            Task task;
+            task.tile = k;
+            task.replica = r;
+            task.loops = t;
+            ts.push_back(std::move(task));
+          }
+      }
     }
-  }
   // Integer inputs draw from [0, range): the classes of a loss's labels,
   // the rows of an embedding's table.
   for (const Op &op : g_.ops()) {
@@ -374,8 +374,8 @@ void Runner::backward(OpId o) {
           continue;
         for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
           const Task *ut = localTask(u, k);
-          srcs.push_back({plan(u).inReg[i][k], ranksOf(u, k),
-                          ut ? &ut->gin[i] : nullptr});
+          srcs.push_back(
+              {plan(u).inReg[i][k], ranksOf(u, k), ut ? &ut->gin[i] : nullptr});
         }
       }
     }

@@ -129,8 +129,8 @@ llvm::Error Graph::verify() const {
         return inputError("{}: tensor '{}': dim {} in shape {} is not positive",
                           sourcePath, v.name, d, v.shape.str());
     if (!n || !checkedMul(*n, dtypeBytes(v.dtype)))
-      return inputError("{}: tensor '{}': shape {} overflows int64",
-                        sourcePath, v.name, v.shape.str());
+      return inputError("{}: tensor '{}': shape {} overflows int64", sourcePath,
+                        v.name, v.shape.str());
   }
   std::vector<bool> available(values_.size(), false);
   for (const Value &v : values_)

@@ -93,15 +93,13 @@ llvm::Error checkStoredSize(const TP &t) {
   auto n = elementCount({t.dims().data(), static_cast<size_t>(t.dims_size())});
   if (!n)
     return llvm::Error::success(); // the dims are refused elsewhere
-  auto dims = [&] {
-    return fmt::format("[{}]", fmt::join(t.dims(), ", "));
-  };
+  auto dims = [&] { return fmt::format("[{}]", fmt::join(t.dims(), ", ")); };
   if (!t.raw_data().empty()) {
     int64_t eb = elemBytes(t.data_type());
     int64_t have = static_cast<int64_t>(t.raw_data().size());
     if (t.data_type() != TP::STRING && have != *n * eb)
-      return inputError("raw_data holds {} bytes; dims {} of {} need {}",
-                        have, dims(), elemTypeName(t.data_type()), *n * eb);
+      return inputError("raw_data holds {} bytes; dims {} of {} need {}", have,
+                        dims(), elemTypeName(t.data_type()), *n * eb);
     return llvm::Error::success();
   }
   auto count = [&](int64_t have, const char *field) -> llvm::Error {

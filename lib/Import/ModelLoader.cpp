@@ -155,9 +155,8 @@ llvm::Error parseModel(ImportState &s) {
                       s.path, g.node_size(), kMaxOnnxNodes);
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &n = g.node(i);
-    std::string name = n.name().empty()
-                           ? fmt::format("{}_{}", n.op_type(), i)
-                           : n.name();
+    std::string name =
+        n.name().empty() ? fmt::format("{}_{}", n.op_type(), i) : n.name();
     for (const onnx::GraphProto *sub : subgraphs(n))
       if (auto err = checkNesting(s, *sub, 1, name))
         return err;

@@ -4,9 +4,9 @@
 
 #include "soap/Support/Error.h"
 #include <algorithm>
+#include <fmt/ranges.h>
 #include <limits>
 #include <tuple>
-#include <fmt/ranges.h>
 
 namespace soap {
 namespace import {

@@ -92,8 +92,7 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
     if (op.outputs.empty() || op.outputs[0] == kNoValue)
       return -1;
     const TensorMap &om = sem.outputs[0];
-    return tensorDimOf(om, g.value(op.outputs[0]).shape.dims,
-                       dimOfLoop(om, l));
+    return tensorDimOf(om, g.value(op.outputs[0]).shape.dims, dimOfLoop(om, l));
   };
   auto isWeight = [&](size_t i) {
     return std::find(sem.weightInputs.begin(), sem.weightInputs.end(),
@@ -106,15 +105,14 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
     if (v == kNoValue || isWeight(i) || splitDim[size_t(v)] < 0 ||
         !sem.inputs[i].present)
       continue;
-    int l = loopOf(sem.inputs[i],
-                   mapDimOf(sem.inputs[i], g.value(v).shape.dims,
-                            splitDim[size_t(v)]));
+    int l = loopOf(sem.inputs[i], mapDimOf(sem.inputs[i], g.value(v).shape.dims,
+                                           splitDim[size_t(v)]));
     if (l >= 0 && divides(sem.loops[size_t(l)], t) &&
         !sem.loops[size_t(l)].statReduced)
       fromInput = l;
   }
-  bool weightMatmul = !sem.weightInputs.empty() &&
-                      (op.kind == "MatMul" || op.kind == "Gemm");
+  bool weightMatmul =
+      !sem.weightInputs.empty() && (op.kind == "MatMul" || op.kind == "Gemm");
   if (!weightMatmul)
     return fromInput >= 0 ? std::make_pair(fromInput, outDim(fromInput))
                           : std::make_pair(-1, -1);
@@ -138,8 +136,8 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
   std::vector<int> splitDim(g.numValues(), -1);
   for (const Op &op : g.ops()) {
     const OpSemantics &sem = op.sem;
-    auto [tl, od] = t > 1 ? tensorSplit(g, op, splitDim, t)
-                          : std::make_pair(-1, -1);
+    auto [tl, od] =
+        t > 1 ? tensorSplit(g, op, splitDim, t) : std::make_pair(-1, -1);
     if (!op.outputs.empty() && op.outputs[0] != kNoValue)
       splitDim[size_t(op.outputs[0])] = od;
     int sl = sampleLoopOf(sem);
@@ -158,9 +156,9 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
       int64_t si =
           dataSplit ? b.lo[size_t(sl)] / (sem.loops[size_t(sl)].size / d) : 0;
       for (int32_t r = 0; r < c.replicas; ++r) {
-        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] /
-                                   (sem.loops[size_t(tl)].size / t)
-                             : r % t;
+        int64_t ti = tl >= 0
+                         ? b.lo[size_t(tl)] / (sem.loops[size_t(tl)].size / t)
+                         : r % t;
         if (!dataSplit)
           si = r / (tl >= 0 ? 1 : t);
         c.devices[size_t(k * c.replicas + r)] = DeviceId(si * t + ti);

@@ -104,8 +104,7 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
     if ((loop.size / d) % loop.granule != 0)
       return inputError("{}: degree {} of loop '{}' makes tiles of {} that "
                         "are not multiples of {}",
-                        where.str(), d, loop.name, loop.size / d,
-                        loop.granule);
+                        where.str(), d, loop.name, loop.size / d, loop.granule);
   }
   if (c.replicas < 1)
     return inputError("{}: replicas must be at least 1, got {}", where.str(),
@@ -233,8 +232,8 @@ llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
         return inputError("{}: stage {} reads '{}' from op '{}' of the later "
                           "stage {}; stages must be contiguous in a "
                           "topological order",
-                          g.where(o.id), st, g.value(v).name,
-                          g.op(pr).name, p.stage(pr));
+                          g.where(o.id), st, g.value(v).name, g.op(pr).name,
+                          p.stage(pr));
     }
     if (p.microBatches > 1) {
       int l = sampleLoop(o.sem);
@@ -243,13 +242,13 @@ llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
                           "{} micro-batches",
                           g.where(o.id), p.microBatches);
       const LoopDim &ld = o.sem.loops[size_t(l)];
-      int64_t parts = int64_t(p.microBatches) * s.configs[o.id].degree[size_t(l)];
+      int64_t parts =
+          int64_t(p.microBatches) * s.configs[o.id].degree[size_t(l)];
       if (ld.size % parts != 0 || (ld.size / parts) % ld.granule != 0)
         return inputError("{}: {} micro-batches x degree {} do not divide "
                           "its sample loop '{}' of {}",
                           g.where(o.id), p.microBatches,
-                          s.configs[o.id].degree[size_t(l)], ld.name,
-                          ld.size);
+                          s.configs[o.id].degree[size_t(l)], ld.name, ld.size);
     }
   }
   for (int32_t a = 0; a < stages; ++a) {
@@ -293,8 +292,8 @@ Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile) {
 std::vector<uint8_t> recomputePolicy(const Graph &g, bool full) {
   std::vector<uint8_t> r(g.numOps(), 0);
   for (const Op &op : g.ops())
-    r[size_t(op.id)] = savesActivations(op.sem) &&
-                       (full || op.sem.weightInputs.empty());
+    r[size_t(op.id)] =
+        savesActivations(op.sem) && (full || op.sem.weightInputs.empty());
   return r;
 }
 

@@ -260,9 +260,9 @@ llvm::Expected<std::string> PlanParser::sha256(const Json &obj,
 
 llvm::Error PlanParser::parseModel(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(m, r_.object(j, "", "model"));
-  if (auto err = knownKeys(*m, "/model",
-                           {"path", "sha256", "batch", "ops", "unroll_rnn",
-                            "append_loss"}))
+  if (auto err = knownKeys(
+          *m, "/model",
+          {"path", "sha256", "batch", "ops", "unroll_rnn", "append_loss"}))
     return err;
   for (auto [key, field] : {std::pair{"unroll_rnn", &p.inputs.unrollRnn},
                             {"append_loss", &p.inputs.appendLoss}}) {
@@ -305,10 +305,9 @@ llvm::Error PlanParser::parseTopology(const Json &j, Plan &p) const {
 
 llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(s, r_.object(j, "", "search"));
-  if (auto err = knownKeys(
-          *s, "/search",
-          {"searcher", "seed", "budget", "space", "cost_model", "optimizer",
-           "precision"}))
+  if (auto err = knownKeys(*s, "/search",
+                           {"searcher", "seed", "budget", "space", "cost_model",
+                            "optimizer", "precision"}))
     return err;
   SOAP_PLAN_TRY(searcher, r_.string(*s, "/search", "searcher"));
   SOAP_PLAN_TRY(seed, unsignedInt(*s, "/search", "seed"));
@@ -378,10 +377,9 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
                                            llvm::StringRef ptr) const {
   if (!o.is_object())
     return r_.error(ptr, "expected an object");
-  if (auto err =
-          knownKeys(o, ptr,
-                    {"op", "kind", "loops", "replicas", "devices", "stage",
-                     "recompute"}))
+  if (auto err = knownKeys(
+          o, ptr,
+          {"op", "kind", "loops", "replicas", "devices", "stage", "recompute"}))
     return err;
   PlanOp po;
   SOAP_PLAN_TRY(name, r_.string(o, ptr, "op"));
@@ -494,9 +492,9 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     SOAP_PLAN_TRY(declared,
                   r_.integer(j["pipeline"], "/pipeline", "stages", 1));
     if (declared != stages)
-      return r_.error("/pipeline/stages",
-                      fmt::format("{} stages declared, the ops use {}",
-                                  declared, stages));
+      return r_.error(
+          "/pipeline/stages",
+          fmt::format("{} stages declared, the ops use {}", declared, stages));
   }
   return p;
 }

@@ -112,8 +112,9 @@ public:
           if (!e)
             return e.takeError();
           ++tried_;
-          recompute = full ? ", full recomputation" : ", selective "
-                                                      "recomputation";
+          recompute = full ? ", full recomputation"
+                           : ", selective "
+                             "recomputation";
         }
         spdlog::info("megatron: t={} p={} m={}{}: {:.3f} ms{}", t, stages,
                      s->pipeline.microBatches, recompute, e->first * 1e3,

@@ -58,10 +58,9 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
       devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
       Seconds upd = static_cast<double>(key.back() * wbytes.update()) / bw +
                     p.cost.device().launchOverhead;
-      Seconds sync =
-          devs.size() > 1
-              ? p.collectives.time(Collective::AllReduce, devs, bytes)
-              : 0;
+      Seconds sync = devs.size() > 1 ? p.collectives.time(Collective::AllReduce,
+                                                          devs, bytes)
+                                     : 0;
       cc.tail = std::max(cc.tail, sync + upd);
       minSync = std::min(minSync, sync);
       for (DeviceId d : devs)

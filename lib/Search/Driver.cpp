@@ -70,9 +70,9 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
   auto t0 = std::chrono::steady_clock::now();
   SearchOptions o = options;
   if (o.timeoutSeconds > 0)
-    o.deadline = t0 + std::chrono::duration_cast<
-                          std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(o.timeoutSeconds));
+    o.deadline =
+        t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                 std::chrono::duration<double>(o.timeoutSeconds));
   auto r = info->create()->search(p, o);
   if (!r) {
     llvm::Error rest = llvm::handleErrors(
@@ -99,8 +99,9 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
           .count();
   // Verify before anything is written.
   if (auto err = verifyStrategy(out.result.strategy, p.graph, p.topo))
-    return makeError(ExitCode::Internal, "searcher '{}' returned an invalid "
-                                         "strategy: {}",
+    return makeError(ExitCode::Internal,
+                     "searcher '{}' returned an invalid "
+                     "strategy: {}",
                      searcher.str(), errorMessage(std::move(err)));
   auto m = strategyMetrics(p, out.result.strategy);
   if (!m)

@@ -21,8 +21,8 @@
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include <chrono>
-#include <spdlog/spdlog.h>
 #include <cmath>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -119,8 +119,9 @@ public:
     // Upper bound from the built-in strategies.
     best_ = SearchResult();
     best_.iterationTime = std::numeric_limits<double>::infinity();
-    for (const Strategy &s : {dataParallel(g, p.topo), expertStrategy(g, p.topo),
-                              modelParallel(g, p.topo)}) {
+    for (const Strategy &s :
+         {dataParallel(g, p.topo), expertStrategy(g, p.topo),
+          modelParallel(g, p.topo)}) {
       auto e = evaluate(p, s);
       if (!e)
         return e.takeError();
@@ -132,7 +133,8 @@ public:
     // A short seeded MCMC run usually starts the search from a much better
     // bound than the baselines; it changes how much is pruned and, among
     // equally fast strategies, which one is returned, never the time.
-    if (const SearcherInfo *mcmc = SearcherRegistry::instance().lookup("mcmc")) {
+    if (const SearcherInfo *mcmc =
+            SearcherRegistry::instance().lookup("mcmc")) {
       SearchOptions mo = o;
       // At most kIncumbentProposals, and with a budget of simulated
       // strategies, not much more than the search itself may simulate.
@@ -188,8 +190,7 @@ private:
     if (o_->budget.proposals && leaves_ >= o_->budget.proposals)
       return true;
     if (o_->budget.seconds > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                      start_)
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
                 .count() > o_->budget.seconds)
       return true;
     if (o_->pastDeadline()) {
@@ -224,10 +225,10 @@ private:
       for (auto &[d, s] : c.load)
         busiest = std::max(busiest, load_[d] + s);
       chosen_[op] = &c;
-      Seconds bound = std::max({busiest,
-                                (work + c.work + minWorkAfter_[op + 1]) /
-                                    static_cast<double>(n_),
-                                chainBound(op + 1)});
+      Seconds bound = std::max(
+          {busiest,
+           (work + c.work + minWorkAfter_[op + 1]) / static_cast<double>(n_),
+           chainBound(op + 1)});
       if (bound < best_.iterationTime)
         bound = std::max(bound, releaseBound(op + 1));
       if (bound >= best_.iterationTime)
@@ -267,8 +268,7 @@ private:
       for (OpId s : succs_[o])
         out = std::max(out, chainFrom_[s]);
       chainFrom_[o] = at(o).chain + out;
-      longest =
-          std::max(longest, fwdTo_[o] + chainFrom_[o] + at(o).cost.tail);
+      longest = std::max(longest, fwdTo_[o] + chainFrom_[o] + at(o).cost.tail);
     }
     return longest;
   }
@@ -294,8 +294,7 @@ private:
       rel[Bwd] = rel[Fwd] + c.cost.fwd + out;
       rel[Upd] = rel[Bwd] + c.cost.bwd + c.cost.sync;
       for (int f = 0; f < NumPhases; ++f)
-        jobs_[n_].push_back(
-            {rel[f], c.cost.work[f] / static_cast<double>(n_)});
+        jobs_[n_].push_back({rel[f], c.cost.work[f] / static_cast<double>(n_)});
       if (o < assigned)
         for (auto &[d, pl] : c.cost.load)
           for (int f = 0; f < NumPhases; ++f)

@@ -3,8 +3,8 @@
 // re-scheduling time as the cheapest sequence of collectives between two
 // splits of the tensor (TensorOpt 4.2, a shortest path over the collective
 // model), with the three tensor-reuse options of 4.2.
-#include "soap/Search/FrontierTracking.h"
 #include "FrontierPaths.h"
+#include "soap/Search/FrontierTracking.h"
 
 #include "soap/Support/Error.h"
 #include <algorithm>
@@ -77,7 +77,8 @@ struct FtModelBuilder : FtPaths {
         continue;
       for (int q = 1; q <= bits; ++q) {
         int64_t deg = int64_t(1) << q;
-        if (d.size % deg == 0 && (d.size / deg) % std::max<int64_t>(1, d.granule) == 0)
+        if (d.size % deg == 0 &&
+            (d.size / deg) % std::max<int64_t>(1, d.granule) == 0)
           qs[l].push_back(q);
       }
     }
@@ -158,7 +159,8 @@ struct FtModelBuilder : FtPaths {
 
   /// Devices that differ from device 0 only in `loops` (and replicas when
   /// `withReplicas`): the group that reduces together.
-  std::vector<DeviceId> groupOf(const FtConfig &c, const std::vector<bool> &loops,
+  std::vector<DeviceId> groupOf(const FtConfig &c,
+                                const std::vector<bool> &loops,
                                 bool withReplicas) const {
     std::vector<DeviceId> g;
     size_t nl = c.degree.size();
@@ -244,8 +246,7 @@ struct FtModelBuilder : FtPaths {
       std::sort(devs.begin(), devs.end());
       devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
       if (devs.size() > 1 && devs.front() == 0)
-        sync += collectiveOn(Collective::AllReduce, devs,
-                                   gr.second.second);
+        sync += collectiveOn(Collective::AllReduce, devs, gr.second.second);
     }
     double mem = 0;
     double perElement = double(totalWeightBytes(wv.dtype, p.optimizer));
@@ -308,8 +309,8 @@ struct FtModelBuilder : FtPaths {
           if (c.degree[size_t(l)] > 1)
             red[size_t(l)] = any = true;
         if (any && g.value(v).users.empty())
-          sync += collectiveOn(Collective::AllReduce,
-                                     groupOf(c, red, false), outBytes);
+          sync += collectiveOn(Collective::AllReduce, groupOf(c, red, false),
+                               outBytes);
         // Split statistics (Softmax's axis, LayerNorm's hidden axis): an
         // all-reduce of one value per row, forward and backward.
         for (size_t l = 0; l < sem.loops.size(); ++l) {
@@ -318,9 +319,9 @@ struct FtModelBuilder : FtPaths {
           std::vector<bool> one(c.degree.size(), false);
           one[l] = true;
           int64_t ext = std::max<int64_t>(1, tile.hi[l] - tile.lo[l]);
-          sync += 2 * collectiveOn(Collective::AllReduce,
-                                         groupOf(c, one, false),
-                                         std::max<Bytes>(4, outBytes / ext));
+          sync +=
+              2 * collectiveOn(Collective::AllReduce, groupOf(c, one, false),
+                               std::max<Bytes>(4, outBytes / ext));
         }
       }
       // A recurrence over a split loop (LSTM hidden units): per step an
@@ -423,8 +424,8 @@ struct FtModelBuilder : FtPaths {
           // its backward pass instead of saving its own.
           opts.push_back({fwd + bwd + fwd, -consSaved[b]});
           // Keep the copy after: the producer gets its copy back.
-          opts.push_back({fwd + bwd + lookup(*fromB[b], B[b], Asaved[a]),
-                          -prodSaved[a]});
+          opts.push_back(
+              {fwd + bwd + lookup(*fromB[b], B[b], Asaved[a]), -prodSaved[a]});
         }
       }
   }
@@ -443,8 +444,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
       n *= 2;
   }
   if (n > have)
-    return inputError("ft: {} devices asked for, the topology has {}", n,
-                      have);
+    return inputError("ft: {} devices asked for, the topology has {}", n, have);
   m.devices_ = n;
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;

@@ -41,12 +41,11 @@ Seconds FtPaths::collectiveOn(Collective kind,
 }
 
 /// Collective time on the group of 2^q devices with stride 2^s.
-Seconds FtPaths::collective(Collective kind, int q, int s,
-                            double bytes) const {
+Seconds FtPaths::collective(Collective kind, int q, int s, double bytes) const {
   Bytes b = Bytes(std::ceil(bytes));
   // Packed key: no group is built unless the time is new.
-  uint64_t key = (uint64_t(kind) << 56) | (uint64_t(q) << 48) |
-                 (uint64_t(s) << 40);
+  uint64_t key =
+      (uint64_t(kind) << 56) | (uint64_t(q) << 48) | (uint64_t(s) << 40);
   {
     std::lock_guard<std::mutex> lock(collectiveMutex);
     auto it = stridedCache.find({key, b});
@@ -181,7 +180,7 @@ FtPaths::Paths FtPaths::paths(const Split &from, double total) const {
 /// bytes, source), so tensors of equal shape in different layers share
 /// one search. The result stays valid (std::map nodes do not move).
 const FtPaths::Paths &FtPaths::pathsFrom(double total,
-                                          const Split &from) const {
+                                         const Split &from) const {
   static const Paths nothingToMove;
   if (total <= 0)
     return nothingToMove;
@@ -201,11 +200,9 @@ Seconds FtPaths::lookup(const Paths &d, const Split &from, const Split &to) {
   if (from == to)
     return 0;
   uint64_t k = pack(to);
-  auto it = std::lower_bound(
-      d.begin(), d.end(), k,
-      [](const std::pair<uint64_t, Seconds> &e, uint64_t x) {
-        return e.first < x;
-      });
+  auto it = std::lower_bound(d.begin(), d.end(), k,
+                             [](const std::pair<uint64_t, Seconds> &e,
+                                uint64_t x) { return e.first < x; });
   return it == d.end() || it->first != k ? 0 : it->second;
 }
 

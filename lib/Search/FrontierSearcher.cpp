@@ -51,7 +51,8 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
   std::vector<std::string> failures(r.points.size());
   for (size_t i = 0; i < r.points.size(); ++i) {
     rep.points[i].point = std::move(r.points[i]);
-    rep.points[i].strategy = assignmentStrategy(*m, rep.points[i].point.assignment);
+    rep.points[i].strategy =
+        assignmentStrategy(*m, rep.points[i].point.assignment);
     rep.points[i].devices = rep.devices;
   }
   size_t n = rep.points.size();
@@ -81,8 +82,8 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     if (!sims[i] && failures[i].empty())
       continue; // skipped past the deadline
     if (!sims[i])
-      return makeError(ExitCode::Internal, "ft: simulating frontier point {}: {}",
-                       i, failures[i]);
+      return makeError(ExitCode::Internal,
+                       "ft: simulating frontier point {}: {}", i, failures[i]);
     rep.points[i].simTime = sims[i]->iterationTime;
     rep.points[i].simPeakMemory = sims[i]->peakMemory;
     rep.points[i].simFits = sims[i]->fits;
@@ -189,12 +190,13 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
   j["mini_time"] = mt >= 0 ? Json(mt) : Json(nullptr);
   FtKnee k = frontierKnee(r);
   j["turning_point"] =
-      k.index < 0 ? Json(nullptr)
-                  : Json{{"index", k.index},
-                         {"slope_before_s_per_gib", k.slopeBefore * kBytesPerGiB},
-                         {"slope_after_s_per_gib", k.slopeAfter * kBytesPerGiB},
-                         {"time_share", k.timeShare},
-                         {"memory_share", k.memoryShare}};
+      k.index < 0
+          ? Json(nullptr)
+          : Json{{"index", k.index},
+                 {"slope_before_s_per_gib", k.slopeBefore * kBytesPerGiB},
+                 {"slope_after_s_per_gib", k.slopeAfter * kBytesPerGiB},
+                 {"time_share", k.timeShare},
+                 {"memory_share", k.memoryShare}};
   return j;
 }
 
@@ -299,8 +301,7 @@ public:
                        "{}: no point of the cost frontier fits in device "
                        "memory ({} points; the least needs {} per device, "
                        "{} available)",
-                       p.graph.sourcePath, r->points.size(),
-                       formatBytes(least),
+                       p.graph.sourcePath, r->points.size(), formatBytes(least),
                        formatBytes(double(p.topo.deviceSpec().memoryBytes)));
     }
     spdlog::info("ft: {} frontier points, {} configurations, backbone {} "

@@ -56,7 +56,7 @@ private:
   struct Node {
     bool alive = true, marked = false;
     int topo = 0;
-    std::vector<Frontier> f; ///< per (joint) configuration
+    std::vector<Frontier> f;   ///< per (joint) configuration
     std::map<int, size_t> adj; ///< neighbour -> edge
   };
   struct Edge {
@@ -71,8 +71,8 @@ private:
     return ed.u == x ? ed.f[kx * K(ed.v) + ky] : ed.f[ky * K(ed.v) + kx];
   }
   /// Slots filled in parallel, reduced, then materialised in index order.
-  std::vector<Frontier> compute(size_t n,
-                                const std::function<void(size_t, Products &)> &gen);
+  std::vector<Frontier>
+  compute(size_t n, const std::function<void(size_t, Products &)> &gen);
   void note(const std::vector<Frontier> &fs) {
     for (const Frontier &f : fs)
       stats_.maxFrontier = std::max(stats_.maxFrontier, f.size());
@@ -114,8 +114,7 @@ private:
 };
 
 std::vector<Frontier>
-Tracker::compute(size_t n,
-                 const std::function<void(size_t, Products &)> &gen) {
+Tracker::compute(size_t n, const std::function<void(size_t, Products &)> &gen) {
   std::vector<Cands> slots(n);
   pool_.parallelFor(n, [&](size_t i) {
     if (o_.isCancelled())
@@ -151,10 +150,9 @@ void Tracker::addEdge(int a, int b, std::vector<Frontier> f) {
   }
   // Edge elimination (Eq. 5): the product of the parallel edges.
   Edge &old = edges_[it->second];
-  std::vector<Frontier> merged =
-      compute(f.size(), [&](size_t i, Products &c) {
-        c.push_back({&old.f[i], &f[i], nullptr});
-      });
+  std::vector<Frontier> merged = compute(f.size(), [&](size_t i, Products &c) {
+    c.push_back({&old.f[i], &f[i], nullptr});
+  });
   old.f = std::move(merged);
   ++stats_.edgeEliminations;
 }
@@ -227,8 +225,7 @@ void Tracker::mergeBranch(int i, int h) {
       for (size_t a = 0; a < kh; ++a)
         for (size_t b = 0; b < ki; ++b)
           for (size_t y = 0; y < kg; ++y)
-            f[(a * ki + b) * kg + y] =
-                edgeF(e, src, src == h ? a : b, y);
+            f[(a * ki + b) * kg + y] = edgeF(e, src, src == h ? a : b, y);
       removeEdge(e);
       moved.push_back({g, std::move(f)});
     }
@@ -302,8 +299,9 @@ Frontier Tracker::linearDp(const std::vector<int> &chain) {
     static const Frontier unit{FrontierPoint{}};
     cf = compute(K(cur), [&](size_t p, Products &c) {
       for (size_t k = 0; k < cf.size(); ++k)
-        c.push_back({it == nc.adj.end() ? &unit : &edgeF(it->second, prev, k, p),
-                     &cf[k], &nc.f[p]});
+        c.push_back(
+            {it == nc.adj.end() ? &unit : &edgeF(it->second, prev, k, p),
+             &cf[k], &nc.f[p]});
     });
   }
   Cands c;
@@ -325,10 +323,10 @@ FtResult Tracker::run() {
     size_t k = m_.configs(OpId(o)).size();
     stats_.totalConfigs += k;
     for (size_t c = 0; c < k; ++c)
-      nd.f.push_back({{m_.computeTime(OpId(o), c) + m_.syncTime(OpId(o), c),
-                       m_.memory(OpId(o), c),
-                       arena_.leaf(TraceLeaf::OpConfig, int32_t(o),
-                                   int32_t(c))}});
+      nd.f.push_back(
+          {{m_.computeTime(OpId(o), c) + m_.syncTime(OpId(o), c),
+            m_.memory(OpId(o), c),
+            arena_.leaf(TraceLeaf::OpConfig, int32_t(o), int32_t(c))}});
   }
   for (size_t e = 0; e < m_.edges().size(); ++e) {
     const FtEdge &ed = m_.edges()[e];
@@ -376,8 +374,9 @@ FtResult Tracker::run() {
       break;
     if (pick >= 0) {
       size_t deg = nodes_[size_t(pick)].adj.size();
-      spdlog::debug("ft: eliminate {} (degree {}, K {}), chain {}, max frontier {}",
-                    pick, deg, K(pick), chain.size(), stats_.maxFrontier);
+      spdlog::debug(
+          "ft: eliminate {} (degree {}, K {}), chain {}, max frontier {}", pick,
+          deg, K(pick), chain.size(), stats_.maxFrontier);
       if (deg == 0)
         eliminateIsolated(pick);
       else if (deg == 1)
@@ -495,11 +494,10 @@ std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit) {
     if (o == n)
       break;
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const FtCosts &x, const FtCosts &y) {
-                     return x.memory != y.memory ? x.memory < y.memory
-                                                 : x.time < y.time;
-                   });
+  std::stable_sort(
+      all.begin(), all.end(), [](const FtCosts &x, const FtCosts &y) {
+        return x.memory != y.memory ? x.memory < y.memory : x.time < y.time;
+      });
   std::vector<FtCosts> out;
   double v = std::numeric_limits<double>::infinity();
   for (const FtCosts &c : all)

@@ -14,10 +14,10 @@
 #include "soap/Support/Rng.h"
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
-#include <cmath>
 #include <thread>
 
 namespace soap {
@@ -119,7 +119,8 @@ public:
       // by one op or doubles or halves the micro-batches, simulated in
       // full (the task graph's shape changes).
       const Strategy &curS = tg->strategy();
-      bool piped = curS.pipeline.active(), recomputing = !curS.recompute.empty();
+      bool piped = curS.pipeline.active(),
+           recomputing = !curS.recompute.empty();
       if ((piped || recomputing) && rng.uniform(8) == 0) {
         // A pipeline move, or one op's recomputation switched.
         std::optional<Strategy> moved =
@@ -142,9 +143,9 @@ public:
         bool fits = ntg->fits();
         Bytes peak = peakMemory(*ntg);
         double u = rng.uniformReal();
-        bool accept = curFits ? fits && (t <= cur ||
-                                         u < std::exp(beta * (cur - t)))
-                              : fits || peak < curPeak;
+        bool accept = curFits
+                          ? fits && (t <= cur || u < std::exp(beta * (cur - t)))
+                          : fits || peak < curPeak;
         if (accept) {
           ++r.accepted;
           tg = std::move(ntg);
@@ -199,9 +200,9 @@ public:
       double u = rng.uniformReal();
       // While the current strategy does not fit, walk towards one that
       // does: accept what lowers the peak memory (or fits).
-      bool accept = curFits ? fits && (*t <= cur ||
-                                       u < std::exp(beta * (cur - *t)))
-                            : fits || peak < curPeak;
+      bool accept = curFits
+                        ? fits && (*t <= cur || u < std::exp(beta * (cur - *t)))
+                        : fits || peak < curPeak;
       if (accept) {
         ++r.accepted;
         cur = *t;
@@ -305,8 +306,8 @@ private:
     size_t o = down ? last : last + 1;
     int32_t from = pl.stageOf[o], to = down ? b + 1 : b;
     auto groups = stageGroups(cur);
-    int64_t shift = int64_t(groups[size_t(to)].first) -
-                    int64_t(groups[size_t(from)].first);
+    int64_t shift =
+        int64_t(groups[size_t(to)].first) - int64_t(groups[size_t(from)].first);
     pl.stageOf[o] = to;
     for (DeviceId &d : s.configs[o].devices) {
       int64_t nd = int64_t(d) + shift;
@@ -345,10 +346,9 @@ public:
     auto balanced = balancedStrategy(p, space);
     if (!balanced)
       return balanced.takeError();
-    std::vector<Strategy> initial = {dataParallel(g, p.topo),
-                                     expertStrategy(g, p.topo),
-                                     modelParallel(g, p.topo),
-                                     std::move(*balanced)};
+    std::vector<Strategy> initial = {
+        dataParallel(g, p.topo), expertStrategy(g, p.topo),
+        modelParallel(g, p.topo), std::move(*balanced)};
     Strategy random;
     for (const Op &op : g.ops())
       random.configs.push_back(space.sample(op.id, root));
@@ -407,15 +407,15 @@ public:
       for (int k = 0; k < o.chains; ++k)
         jobs.push_back({c, k, root.next()});
     uint64_t perJobProposals =
-        o.budget.proposals ? std::max<uint64_t>(1, o.budget.proposals /
-                                                       jobs.size())
-                           : 0;
-    // A time budget is shared by the jobs that run one after another.
-    double perJobSeconds =
-        o.budget.seconds > 0
-            ? o.budget.seconds * std::min<int>(o.threads, jobs.size()) /
-                  jobs.size()
+        o.budget.proposals
+            ? std::max<uint64_t>(1, o.budget.proposals / jobs.size())
             : 0;
+    // A time budget is shared by the jobs that run one after another.
+    double perJobSeconds = o.budget.seconds > 0
+                               ? o.budget.seconds *
+                                     std::min<int>(o.threads, jobs.size()) /
+                                     jobs.size()
+                               : 0;
     std::vector<llvm::Expected<ChainResult>> results;
     for (size_t j = 0; j < jobs.size(); ++j)
       results.emplace_back(ChainResult());
@@ -431,9 +431,9 @@ public:
           continue;
         }
         Chain chain(p, o, space, neighbours);
-        results[j] = chain.run(initial[jobs[j].candidate],
-                               Rng(jobs[j].seed, "chain"), perJobProposals,
-                               perJobSeconds);
+        results[j] =
+            chain.run(initial[jobs[j].candidate], Rng(jobs[j].seed, "chain"),
+                      perJobProposals, perJobSeconds);
       }
     };
     std::vector<std::thread> pool;

@@ -1,14 +1,14 @@
 // The `pipeline` searcher (issue 16): Alpa's inter-operator pass over
 // soapc's space. For each stage count p (a power of two dividing the
-// devices, at most max(8, nodes)) the devices form p equal groups of consecutive ids; for each
-// intra-stage plan of such a group (SOYBEAN's k-cuts tiling on log2(group)
-// cuts, and Megatron's tensor x data split for every tensor degree that fits
-// a node) the op sequence is cut into p contiguous stages that minimise
-// Alpa's pipeline latency, the sum of the stage times plus (m - 1) times the
-// slowest: the sum is fixed, so this is the linear partition that minimises
-// the slowest stage, from each op's cost under that plan. Each candidate
-// (with m micro-batches, m in {p, 2p, 4p, 8p}, 1F1B) is then simulated and
-// the fastest that fits is kept.
+// devices, at most max(8, nodes)) the devices form p equal groups of
+// consecutive ids; for each intra-stage plan of such a group (SOYBEAN's k-cuts
+// tiling on log2(group) cuts, and Megatron's tensor x data split for every
+// tensor degree that fits a node) the op sequence is cut into p contiguous
+// stages that minimise Alpa's pipeline latency, the sum of the stage times plus
+// (m - 1) times the slowest: the sum is fixed, so this is the linear partition
+// that minimises the slowest stage, from each op's cost under that plan. Each
+// candidate (with m micro-batches, m in {p, 2p, 4p, 8p}, 1F1B) is then
+// simulated and the fastest that fits is kept.
 #include "ConfigCost.h"
 #include "KCuts.h"
 #include "soap/Parallel/Megatron.h"
@@ -65,8 +65,7 @@ std::vector<int32_t> cutStages(const std::vector<double> &cost, int32_t p) {
         return std::nullopt;
       size_t end = best + 1 < starts.size() ? starts[best + 1] : n;
       size_t mid = starts[best] + 1;
-      while (mid + 1 < end &&
-             span(starts[best], mid + 1) < span(mid + 1, end))
+      while (mid + 1 < end && span(starts[best], mid + 1) < span(mid + 1, end))
         ++mid;
       starts.insert(starts.begin() + long(best) + 1, mid);
     }
@@ -188,8 +187,8 @@ public:
             if (!e)
               return e.takeError();
             ++simulated;
-            recompute = full ? ", full recomputation"
-                             : ", selective recomputation";
+            recompute =
+                full ? ", full recomputation" : ", selective recomputation";
           }
           spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms{}",
                        stages, group, plan.name, m, recompute, e->first * 1e3,
@@ -231,7 +230,7 @@ private:
 void registerPipelineSearcher(SearcherRegistry &r) {
   r.add({"pipeline",
          "Alpa's inter-op pass: stage counts x intra-stage plans (k-cuts, "
-         "Megatron tensor x data), stages cut by a DP on op costs, "
+         "Megatron tensor x data), stages cut to minimise the slowest, "
          "micro-batches p..8p with 1F1B; the fastest simulated plan that "
          "fits",
          [] { return std::make_unique<PipelineSearcher>(); }});

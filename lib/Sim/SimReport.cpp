@@ -56,20 +56,16 @@ Json simReport(const Simulator &sim, const SimMetrics &m,
 static std::string ms(const Json &s) {
   return fmt::format("{:.3f} ms", s.get<double>() * 1e3);
 }
-static std::string bytes(const Json &b) {
-  return formatBytes(b.get<double>());
-}
+static std::string bytes(const Json &b) { return formatBytes(b.get<double>()); }
 
 void printSimReport(const Json &r, llvm::raw_ostream &os) {
   const Json &mem = r["memory"], &cp = r["critical_path"];
-  os << fmt::format("model: {}\ntopology: {}\nstrategy: {}\ncost model: {} "
-                    "({}, optimizer {})\n",
-                    r["model"].get<std::string>(),
-                    r["topology"].get<std::string>(),
-                    r["strategy"].get<std::string>(),
-                    r["cost_model"].get<std::string>(),
-                    r["precision"].get<std::string>(),
-                    r["optimizer"].get<std::string>());
+  os << fmt::format(
+      "model: {}\ntopology: {}\nstrategy: {}\ncost model: {} "
+      "({}, optimizer {})\n",
+      r["model"].get<std::string>(), r["topology"].get<std::string>(),
+      r["strategy"].get<std::string>(), r["cost_model"].get<std::string>(),
+      r["precision"].get<std::string>(), r["optimizer"].get<std::string>());
   os << fmt::format("iteration time: {} ({:.1f} samples/s at batch {})\n",
                     ms(r["iteration_s"]), r["samples_per_s"].get<double>(),
                     r["samples"].get<int64_t>());
@@ -79,8 +75,7 @@ void printSimReport(const Json &r, llvm::raw_ostream &os) {
                     mem["fits"].get<bool>() ? "fits" : "DOES NOT FIT");
   std::string classes;
   for (const auto &[c, b] : r["transfer_bytes_by_link_class"].items())
-    classes += fmt::format("{}{} {}", classes.empty() ? "" : ", ", c,
-                           bytes(b));
+    classes += fmt::format("{}{} {}", classes.empty() ? "" : ", ", c, bytes(b));
   os << fmt::format("bytes moved: transfers {}{}, all-reduces {}\n",
                     bytes(r["transfer_bytes"]),
                     classes.empty() ? "" : " (" + classes + ")",

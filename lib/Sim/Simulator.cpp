@@ -100,8 +100,9 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
   std::map<TaskId, std::pair<TaskKey, Timing>> rebuiltOld;
   for (TaskId t = 0; t < wasRebuilt.size(); ++t)
     if (wasRebuilt[t])
-      rebuiltOld[t] = {tasks[t].key, {tasks[t].ready, tasks[t].start,
-                                      tasks[t].end, tasks[t].seq}};
+      rebuiltOld[t] = {
+          tasks[t].key,
+          {tasks[t].ready, tasks[t].start, tasks[t].end, tasks[t].seq}};
   if (auto err = tg_.changeConfig(o, c, changed, removedReady))
     return llvm::Error(std::move(err));
   if (remaining_.size() < tasks.size())
@@ -137,8 +138,7 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
   journal_.previous = std::move(previous);
   journal_.keep = keep;
   journal_.orderTail = suffix;
-  journal_.orderReadyTail.assign(orderReady_.begin() + keep,
-                                 orderReady_.end());
+  journal_.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
   journal_.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep,
                                    prefixMaxEnd_.end());
   for (TaskId id : suffix) {
@@ -159,11 +159,9 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
   orderReady_.resize(keep);
   prefixMaxEnd_.resize(keep);
   for (auto &log : resourceLog_) {
-    auto it = std::lower_bound(
-        log.begin(), log.end(), keep,
-        [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
-          return e.first < s;
-        });
+    auto it = std::lower_bound(log.begin(), log.end(), keep,
+                               [](const std::pair<uint32_t, Seconds> &e,
+                                  uint32_t s) { return e.first < s; });
     journal_.logTails[&log - resourceLog_.data()].assign(it, log.end());
     log.erase(it, log.end());
   }
@@ -259,11 +257,9 @@ llvm::Error Simulator::undo() {
                        j.prefixMaxEndTail.end());
   for (size_t r = 0; r < resourceLog_.size(); ++r) {
     auto &log = resourceLog_[r];
-    auto it = std::lower_bound(
-        log.begin(), log.end(), j.keep,
-        [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
-          return e.first < s;
-        });
+    auto it = std::lower_bound(log.begin(), log.end(), j.keep,
+                               [](const std::pair<uint32_t, Seconds> &e,
+                                  uint32_t s) { return e.first < s; });
     log.erase(it, log.end());
     log.insert(log.end(), j.logTails[r].begin(), j.logTails[r].end());
   }
@@ -296,11 +292,9 @@ std::vector<TaskId> Simulator::criticalPath() const {
       // The resource's previous task, the one that ended at our start.
       for (uint32_t r : t.resources) {
         const auto &log = resourceLog_[r];
-        auto it = std::lower_bound(
-            log.begin(), log.end(), t.seq,
-            [](const std::pair<uint32_t, Seconds> &e, uint32_t s) {
-              return e.first < s;
-            });
+        auto it = std::lower_bound(log.begin(), log.end(), t.seq,
+                                   [](const std::pair<uint32_t, Seconds> &e,
+                                      uint32_t s) { return e.first < s; });
         if (it != log.begin() && std::prev(it)->second == t.start) {
           next = order_[std::prev(it)->first];
           break;
@@ -389,8 +383,11 @@ Json Simulator::chromeTrace() const {
   uint32_t n = static_cast<uint32_t>(topo.numDevices());
   Json events = Json::array();
   for (uint32_t d = 0; d < n; ++d)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0},
-                      {"tid", d}, {"args", {{"name", topo.deviceName(d)}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", d},
+                      {"args", {{"name", topo.deviceName(d)}}}});
   std::set<uint32_t> usedLinks;
   for (TaskId id : order_) {
     const Task &t = tasks[id];
@@ -415,16 +412,22 @@ Json Simulator::chromeTrace() const {
   }
   for (uint32_t l : usedLinks) {
     const Link &lk = topo.link(l);
-    events.push_back(
-        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", l},
-         {"args",
-          {{"name", topo.vertices()[lk.from].name + " -> " +
-                        topo.vertices()[lk.to].name + " (" +
-                        linkClassName(lk.cls).str() + ")"}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 1},
+                      {"tid", l},
+                      {"args",
+                       {{"name", topo.vertices()[lk.from].name + " -> " +
+                                     topo.vertices()[lk.to].name + " (" +
+                                     linkClassName(lk.cls).str() + ")"}}}});
   }
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", 0},
                     {"args", {{"name", "devices"}}}});
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1},
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", 1},
                     {"args", {{"name", "links"}}}});
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }

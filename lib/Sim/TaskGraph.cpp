@@ -10,8 +10,8 @@
 namespace soap {
 
 llvm::StringRef taskKindName(TaskKind k) {
-  static const char *names[] = {"forward", "backward", "transfer",
-                                "collective", "update", "gate"};
+  static const char *names[] = {"forward",    "backward", "transfer",
+                                "collective", "update",   "gate"};
   return names[static_cast<int>(k)];
 }
 
@@ -66,7 +66,6 @@ TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c) {
 } // namespace detail
 
 using namespace detail;
-
 
 TaskId TaskGraph::newTask(Task t) {
   t.alive = true;
@@ -129,8 +128,8 @@ llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &tile) {
 namespace detail {
 
 std::vector<int64_t> groupTiles(const OpConfig &c,
-                                       const std::vector<bool> &free,
-                                       int64_t &numGroups) {
+                                const std::vector<bool> &free,
+                                int64_t &numGroups) {
   int64_t n = c.numTiles();
   std::vector<int64_t> group(n);
   std::map<std::vector<int64_t>, int64_t> ids;
@@ -141,14 +140,15 @@ std::vector<int64_t> groupTiles(const OpConfig &c,
       coord.push_back(free[l] ? 0 : rest % c.degree[l]);
       rest /= c.degree[l];
     }
-    group[k] = ids.emplace(coord, static_cast<int64_t>(ids.size())).first->second;
+    group[k] =
+        ids.emplace(coord, static_cast<int64_t>(ids.size())).first->second;
   }
   numGroups = static_cast<int64_t>(ids.size());
   return group;
 }
 
 std::vector<DeviceId> devicesOf(const OpConfig &c,
-                                       const std::vector<int64_t> &tiles) {
+                                const std::vector<int64_t> &tiles) {
   std::vector<DeviceId> devs;
   for (int64_t k : tiles)
     for (int32_t r = 0; r < c.replicas; ++r)
@@ -328,11 +328,11 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
         if (devs.size() < 2)
           continue;
-        TaskId t = collective(
-            CollectiveRole::PartialSum,
-            key(TaskKind::Collective, uo, 2 + static_cast<uint32_t>(j),
-                uint64_t(gi) | (uint64_t(mb) << 40)),
-            o, devs, region.volume() * dtypeBytes(v.dtype));
+        TaskId t = collective(CollectiveRole::PartialSum,
+                              key(TaskKind::Collective, uo,
+                                  2 + static_cast<uint32_t>(j),
+                                  uint64_t(gi) | (uint64_t(mb) << 40)),
+                              o, devs, region.volume() * dtypeBytes(v.dtype));
         tasks_[t].microBatch = mb;
         ot.own.push_back(t);
         for (int64_t k : mem[size_t(gi)]) {

@@ -1,8 +1,8 @@
 // The task graph's communication: routes and ring resources, collectives,
 // the transfers of each producer-consumer edge and the synchronisation of
 // each weight's gradients (FlexFlow section 5.1).
-#include "soap/Sim/TaskGraph.h"
 #include "TaskGraphDetail.h"
+#include "soap/Sim/TaskGraph.h"
 
 #include <algorithm>
 
@@ -50,7 +50,8 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
   t.op = op;
   t.bytes = bytes * count;
   t.allGather = kind == Collective::AllGather;
-  t.exe = static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
+  t.exe =
+      static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
   t.groupSize = static_cast<uint32_t>(devs.size());
   t.resources = ringResources(devs);
   return newTask(std::move(t));
@@ -105,8 +106,8 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
   };
   for (mb = 0; mb < m; ++mb) {
     for (int64_t k = 0; k < ptiles; ++k)
-      pbox[k] = p.sem.outputRegion(ed.output,
-                                   microBatchTile(pc, p.sem, k, mb, m));
+      pbox[k] =
+          p.sem.outputRegion(ed.output, microBatchTile(pc, p.sem, k, mb, m));
     for (int64_t k = 0; k < ctiles; ++k)
       cbox[k] = regionIn(c.sem, ed.input, microBatchTile(cc, c.sem, k, mb, m),
                          v.shape.dims);
@@ -186,7 +187,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
           Shard sh{b, c.device(k, r), {}};
           for (int32_t mb = 0; mb < m; ++mb)
             sh.bwd.push_back(
-                opTasks_[o].bwd[size_t(mb * c.numTasks() + k * c.replicas + r)]);
+                opTasks_[o]
+                    .bwd[size_t(mb * c.numTasks() + k * c.replicas + r)]);
           shards.push_back(std::move(sh));
         }
       }
@@ -218,10 +220,10 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
     TaskId sync = kNoTask;
     if (devs.size() > 1) {
-      sync = collective(CollectiveRole::WeightGrad,
-                        key(TaskKind::Collective, 0x80000000u | uint32_t(w),
-                            gi, 0),
-                        -1, devs, bytes);
+      sync = collective(
+          CollectiveRole::WeightGrad,
+          key(TaskKind::Collective, 0x80000000u | uint32_t(w), gi, 0), -1, devs,
+          bytes);
       tasks_[sync].weight = w;
       owned.push_back(sync);
       for (size_t i : members)
@@ -231,11 +233,11 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     // The optimizer step: read weight and gradient (and state), write the
     // weight (and state).
     // Read the gradient, state and weight; write state and weight.
-    Seconds upd = static_cast<double>(bytes / eb *
-                                      weightBytes(wv.dtype, ctx_->optimizer)
-                                          .update()) /
-                      bw +
-                  ctx_->cost.device().launchOverhead;
+    Seconds upd =
+        static_cast<double>(bytes / eb *
+                            weightBytes(wv.dtype, ctx_->optimizer).update()) /
+            bw +
+        ctx_->cost.device().launchOverhead;
     for (DeviceId d : devs) {
       Task u;
       u.kind = TaskKind::Update;

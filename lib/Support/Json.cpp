@@ -163,8 +163,7 @@ llvm::Expected<double> JsonReader::positive(const Json &obj,
   return *d;
 }
 
-llvm::Expected<double> JsonReader::inRange(const Json &obj,
-                                           llvm::StringRef ptr,
+llvm::Expected<double> JsonReader::inRange(const Json &obj, llvm::StringRef ptr,
                                            llvm::StringRef key, double lo,
                                            double hi,
                                            llvm::StringRef what) const {
@@ -172,9 +171,9 @@ llvm::Expected<double> JsonReader::inRange(const Json &obj,
   if (!d)
     return d.takeError();
   if (!(*d >= lo && *d <= hi))
-    return error(jsonPointer(ptr, key),
-                 fmt::format("{:g} is outside {:g}..{:g} {}", *d, lo, hi,
-                             what.str()));
+    return error(
+        jsonPointer(ptr, key),
+        fmt::format("{:g} is outside {:g}..{:g} {}", *d, lo, hi, what.str()));
   return *d;
 }
 

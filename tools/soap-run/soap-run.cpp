@@ -167,8 +167,7 @@ static llvm::Error run(Comm &comm) {
         modelPath.getValue(), graph->numOps(), plan->inputs.batch,
         planPath.getValue(), plan->inputs.searcher, comm.size(),
         comm.size() == 1 ? "" : "s", opts.backend,
-        nccl ? nccl->name() : comm.name(),
-        opts.steps, opts.seed);
+        nccl ? nccl->name() : comm.name(), opts.steps, opts.seed);
   auto steps = runTraining(*graph, *strategy, nccl ? *nccl : comm, opts);
   if (!steps) {
     // An error met by some ranks only (a GPU failure, an unwritable

@@ -16,9 +16,9 @@ namespace cl = llvm::cl;
 
 static cl::OptionCategory soapCat("soapc options");
 
-static cl::SubCommand dumpCmd("dump",
-                              "Describe a model's ops: kinds, shapes, loop "
-                              "dimensions and their classes, FLOPs, parameters");
+static cl::SubCommand
+    dumpCmd("dump", "Describe a model's ops: kinds, shapes, loop "
+                    "dimensions and their classes, FLOPs, parameters");
 static cl::SubCommand topoCmd("topo",
                               "Describe a cluster: devices, hierarchy levels, "
                               "bandwidth and latency between levels");
@@ -65,9 +65,8 @@ static cl::SubCommand
   cl::sub(compareCmd), cl::sub(checkCmd), cl::sub(*cl::TopLevelSubCommand)
 
 static cl::opt<std::string> planPath(cl::Positional, cl::Required,
-                                     cl::desc("<plan.json>"),
-                                     cl::sub(checkCmd), cl::sub(explainCmd),
-                                     cl::sub(diffCmd));
+                                     cl::desc("<plan.json>"), cl::sub(checkCmd),
+                                     cl::sub(explainCmd), cl::sub(diffCmd));
 static cl::opt<std::string> otherPlanPath(cl::Positional, cl::Required,
                                           cl::desc("<other-plan.json>"),
                                           cl::sub(diffCmd));
@@ -234,11 +233,11 @@ static cl::opt<bool>
                  cl::desc("Keep both copies of every re-scheduled tensor "
                           "(no TensorOpt tensor reuse)"),
                  cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
-static cl::opt<bool> ftNoLdpOpt(
-    "no-ldp",
-    cl::desc("Eliminate down to one node instead of the linear DP "
-             "(FT-Elimination)"),
-    cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<bool>
+    ftNoLdpOpt("no-ldp",
+               cl::desc("Eliminate down to one node instead of the linear DP "
+                        "(FT-Elimination)"),
+               cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
 
 static cl::opt<bool>
     researchOpt("research",
@@ -253,12 +252,14 @@ static cl::opt<std::string>
                  cl::init("2%"), cl::sub(checkCmd), cl::cat(soapCat));
 
 static cl::opt<std::string>
-    dotOpt("dot", cl::desc("Write the plan graph (ops coloured by "
-                           "configuration) as Graphviz DOT here"),
+    dotOpt("dot",
+           cl::desc("Write the plan graph (ops coloured by "
+                    "configuration) as Graphviz DOT here"),
            cl::value_desc("plan.dot"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<std::string>
-    svgOpt("svg", cl::desc("Render the plan graph as SVG here (needs "
-                           "Graphviz's dot)"),
+    svgOpt("svg",
+           cl::desc("Render the plan graph as SVG here (needs "
+                    "Graphviz's dot)"),
            cl::value_desc("plan.svg"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<unsigned> topOpt("top",
                                 cl::desc("Ops listed, by time on the "
@@ -304,8 +305,8 @@ static DriverOptions driverOptions() {
   o.chains = chainsOpt;
   o.threads = *threadsOpt;
   o.beta = betaOpt;
-  o.outputPath = frontierCmd ? std::string(ftOutputOpt)
-                             : std::string(outputOpt);
+  o.outputPath =
+      frontierCmd ? std::string(ftOutputOpt) : std::string(outputOpt);
   o.ftMode = ftModeOpt;
   o.ftJsonPath = ftJsonOpt;
   o.ftSvgPath = ftSvgOpt;
@@ -348,7 +349,8 @@ int main(int argc, char **argv) {
       "  soapc model.onnx --topology cluster.json [--search mcmc] "
       "[--budget 20000|30s] [--timeout 2m] [--seed N] [-o plan.json]\n"
       "  soapc compare model.onnx --topology cluster.json --search "
-      "mcmc,data,model,expert [--timeout 30s] [--format table|csv|json]\n"
+      "mcmc,data,model,expert [--timeout 30s] [--jobs J] "
+      "[--format table|csv|json]\n"
       "  soapc frontier model.onnx --topology cluster.json "
       "[--mode frontier|mini-time|mini-parallelism|profile] [--write-json F] "
       "[--svg F] [--point N -o plan.json]\n"

@@ -16,11 +16,11 @@ enum class OutputFormat { Auto, Table, Csv, Json };
 
 struct DriverOptions {
   // Inputs.
-  std::string modelPath;    ///< <model.onnx>
-  std::string topologyPath; ///< --topology
-  std::string planPath;     ///< check, explain, diff: the (first) plan
+  std::string modelPath;     ///< <model.onnx>
+  std::string topologyPath;  ///< --topology
+  std::string planPath;      ///< check, explain, diff: the (first) plan
   std::string otherPlanPath; ///< diff: the second plan
-  std::string profilePath;  ///< --profile
+  std::string profilePath;   ///< --profile
   std::optional<int64_t> batch;
   std::optional<bool> noLoss, unrollRnn;
   std::optional<std::string> costModel, optimizer, precision;
@@ -40,7 +40,7 @@ struct DriverOptions {
   int threads = 1;
   double beta = 0;
   std::string outputPath; ///< -o
-  int jobs = 0; ///< compare: searchers run at once (0: all)
+  int jobs = 0;           ///< compare: searchers run at once (0: all)
 
   // frontier
   std::string ftMode = "frontier";

@@ -35,8 +35,7 @@ struct Session {
   std::unique_ptr<CollectiveModel> collectives;
 
   /// Checks the options and loads the topology, profile and model.
-  static llvm::Expected<std::unique_ptr<Session>>
-  open(const DriverOptions &o);
+  static llvm::Expected<std::unique_ptr<Session>> open(const DriverOptions &o);
   SearchProblem problem() const {
     return SearchProblem{*graph, *topo, *cost, *collectives, optimizer};
   }

@@ -34,8 +34,7 @@ struct OpConfig {
   std::vector<DeviceId> deviceSet() const;
 
   bool operator==(const OpConfig &o) const {
-    return degree == o.degree && replicas == o.replicas &&
-           devices == o.devices;
+    return degree == o.degree && replicas == o.replicas && devices == o.devices;
   }
   bool operator!=(const OpConfig &o) const { return !(*this == o); }
   bool operator<(const OpConfig &o) const;

@@ -33,9 +33,9 @@ struct PlanInputs {
   std::string searcher;
   uint64_t seed = 0;
   std::string budget;
-  std::string space;     ///< "flexflow" or "full"
-  std::string costModel; ///< "profile", "roofline", ...
-  std::string optimizer; ///< "sgd", "adam", ...
+  std::string space;              ///< "flexflow" or "full"
+  std::string costModel;          ///< "profile", "roofline", ...
+  std::string optimizer;          ///< "sgd", "adam", ...
   std::string precision = "fp32"; ///< "fp32" or "bf16" (version 2)
 
   bool operator==(const PlanInputs &o) const;
@@ -73,7 +73,7 @@ struct PlanOp {
   std::map<std::string, int32_t> loops;
   int32_t replicas = 1;
   std::vector<DeviceId> devices;
-  int32_t stage = 0; ///< its pipeline stage (version 2)
+  int32_t stage = 0;      ///< its pipeline stage (version 2)
   bool recompute = false; ///< forward run again in backward (version 2)
 
   bool operator==(const PlanOp &o) const;

@@ -26,8 +26,7 @@ struct SearchOutcome {
   bool timedOut = false;
   std::string fallback;
   double speedup() const {
-    return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime
-                                : 0;
+    return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime : 0;
   }
 };
 

@@ -13,11 +13,11 @@
 
 #include "soap/Search/Frontier.h"
 #include "soap/Search/Searcher.h"
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
-#include <functional>
 #include <vector>
 
 namespace soap {
@@ -223,7 +223,7 @@ int miniTimePoint(const FtFrontierReport &r);
 /// scaled to their ranges, with the slopes of FT's time against memory
 /// before and after it.
 struct FtKnee {
-  int index = -1; ///< -1: fewer than three points
+  int index = -1;                         ///< -1: fewer than three points
   double slopeBefore = 0, slopeAfter = 0; ///< seconds per byte
   double timeShare = 0;   ///< of the time gained, the part before the knee
   double memoryShare = 0; ///< of the memory range, the part before the knee

@@ -39,7 +39,7 @@ struct Budget {
 };
 
 struct SearchProgress {
-  Seconds best = 0;          ///< best feasible iteration time so far
+  Seconds best = 0; ///< best feasible iteration time so far
   uint64_t proposals = 0;
   double acceptanceRate = 0;
   double elapsedSeconds = 0;

@@ -70,14 +70,14 @@ struct Task {
   /// Devices [0, N) and directed links (N + link id) the task occupies.
   std::vector<uint32_t> resources;
   std::vector<TaskId> preds, succs;
-  OpId op = -1;         ///< the op (compute, transfer into it, its reductions)
-  int64_t tile = -1;    ///< tile index for compute tasks
+  OpId op = -1;      ///< the op (compute, transfer into it, its reductions)
+  int64_t tile = -1; ///< tile index for compute tasks
   int32_t microBatch = 0; ///< the micro-batch of a compute, transfer or
                           ///< per-micro-batch collective task
-  ValueId weight = -1;  ///< the weight of a WeightGrad collective or update
+  ValueId weight = -1;    ///< the weight of a WeightGrad collective or update
   CollectiveRole role = CollectiveRole::PartialSum;
-  uint32_t groupSize = 0; ///< devices in a collective
-  bool allGather = false; ///< a collective that gathers (else all-reduces)
+  uint32_t groupSize = 0;    ///< devices in a collective
+  bool allGather = false;    ///< a collective that gathers (else all-reduces)
   int32_t bufferDevice = -1; ///< a forward transfer's receiving device
   bool alive = false;
   // Filled by the simulator.
@@ -149,13 +149,13 @@ private:
   /// Indexed micro-batch-major: micro-batch mb's task (tile k, replica r)
   /// is [mb * numTasks + k * replicas + r].
   struct OpTasks {
-    std::vector<TaskId> fwd, bwd;      ///< per micro-batch and task
+    std::vector<TaskId> fwd, bwd; ///< per micro-batch and task
     /// Per micro-batch, output and tile: output ready (after reductions),
     /// [(mb * outputs + j) * tiles + k].
     std::vector<TaskId> fwdOut;
-    std::vector<TaskId> bwdOut;        ///< per micro-batch and task: input
-                                       ///< gradients ready
-    std::vector<TaskId> own;           ///< every task of the segment
+    std::vector<TaskId> bwdOut; ///< per micro-batch and task: input
+                                ///< gradients ready
+    std::vector<TaskId> own;    ///< every task of the segment
   };
 
   TaskId newTask(Task t);
@@ -172,8 +172,7 @@ private:
   /// `count` back-to-back collectives of `bytes` each as one task.
   TaskId collective(CollectiveRole role, TaskKey key, OpId op,
                     const std::vector<DeviceId> &devs, Bytes bytes,
-                    Collective kind = Collective::AllReduce,
-                    int64_t count = 1);
+                    Collective kind = Collective::AllReduce, int64_t count = 1);
   llvm::Expected<KernelTimes> kernelTimes(OpId o, const Box &tile);
 
   const SimContext *ctx_;
@@ -195,8 +194,7 @@ private:
   void addOpMemory(OpId o, int sign);
   std::vector<DeviceMemory> mem_;
   /// Weight shards held per device: (weight, box, device) -> users.
-  std::map<std::tuple<ValueId, std::vector<int64_t>, DeviceId>, int>
-      shardRefs_;
+  std::map<std::tuple<ValueId, std::vector<int64_t>, DeviceId>, int> shardRefs_;
   std::vector<std::map<Bytes, int>> workspaces_; ///< per device
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
 };

@@ -33,8 +33,7 @@ TEST_CASE("megatron splits attention and MLP by columns then rows",
   CHECK(configOf(*g, *s, "/layers.0/Erf") == "d0=4 d2=2 @0-7");
   CHECK(configOf(*g, *s, "/layers.0/ffn_out/MatMul") == "b0=4 k=2 @0-7");
   // Between the blocks: replicated over the tensor-parallel pair.
-  CHECK(configOf(*g, *s, "/layers.0/ln1/LayerNormalization") ==
-        "d0=4 x2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/ln1/LayerNormalization") == "d0=4 x2 @0-7");
   CHECK(s->pipeline.microBatches == 4); // gradient accumulation
   CHECK(s->pipeline.numStages() == 1);
   // Two heads cannot be split four ways: the attention stays replicated.

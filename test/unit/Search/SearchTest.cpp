@@ -1,13 +1,13 @@
 // Searchers: mcmc is never slower than the baselines it starts from, its
 // result does not depend on the thread count, budgets parse, the registry
 // names unknown searchers.
-#include <functional>
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Parallel/ConfigSpace.h"
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
+#include <functional>
 
 using namespace soap;
 
@@ -22,8 +22,8 @@ struct Fixture {
 
 Fixture fixture(const std::string &model, const std::string &topoName,
                 int64_t batch) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) +
-                        "/examples/topologies/" + topoName + ".json");
+  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
+                        topoName + ".json");
   if (!t)
     FAIL(errorMessage(t.takeError()));
   ImportOptions opts;
@@ -96,13 +96,13 @@ TEST_CASE("the thread count does not change mcmc's result", "[Search]") {
   REQUIRE(static_cast<bool>(other));
 }
 
-TEST_CASE("unknown searchers are named with the registered ones",
-          "[Search]") {
+TEST_CASE("unknown searchers are named with the registered ones", "[Search]") {
   Fixture f = fixture("lenet", "dgx-h100-1", 64);
   auto r = runSearch(f.problem(), "annealing", SearchOptions());
   REQUIRE_FALSE(static_cast<bool>(r));
   CHECK(errorMessage(r.takeError()) ==
-        "unknown searcher 'annealing'; the searchers are: balanced, data, exhaustive, "
+        "unknown searcher 'annealing'; the searchers are: balanced, data, "
+        "exhaustive, "
         "expert, ft, kcuts, mcmc, megatron, model, pipeline");
 }
 

@@ -22,8 +22,8 @@ struct Fixture {
   SimContext ctx;
   Fixture(const std::string &model, int64_t batch, const std::string &t)
       : g(zooModel(model, batch)), topo(exampleTopology(t)),
-        cost(topo.deviceSpec(), nullptr, CostMode::Analytic), coll(topo),
-        ctx{*g, topo, cost, coll, Optimizer::Adam} {}
+        cost(topo.deviceSpec(), nullptr, CostMode::Analytic),
+        coll(topo), ctx{*g, topo, cost, coll, Optimizer::Adam} {}
 
   /// Stage s of `stages` gets a contiguous share of the ops and of the
   /// devices; every op is split by sample over its stage's devices.
@@ -78,12 +78,22 @@ TEST_CASE("1F1B and GPipe orders", "[Sim][pipeline]") {
   p.stageOf = {0, 1, 2};
   using Item = std::pair<int32_t, bool>;
   // The last stage alternates from the start; the first warms up with two.
-  CHECK(p.order(2) == std::vector<Item>{{0, false}, {0, true}, {1, false},
-                                        {1, true},  {2, false}, {2, true},
-                                        {3, false}, {3, true}});
-  CHECK(p.order(0) == std::vector<Item>{{0, false}, {1, false}, {2, false},
-                                        {0, true},  {3, false}, {1, true},
-                                        {2, true},  {3, true}});
+  CHECK(p.order(2) == std::vector<Item>{{0, false},
+                                        {0, true},
+                                        {1, false},
+                                        {1, true},
+                                        {2, false},
+                                        {2, true},
+                                        {3, false},
+                                        {3, true}});
+  CHECK(p.order(0) == std::vector<Item>{{0, false},
+                                        {1, false},
+                                        {2, false},
+                                        {0, true},
+                                        {3, false},
+                                        {1, true},
+                                        {2, true},
+                                        {3, true}});
   CHECK(p.inFlight(0) == 3);
   CHECK(p.inFlight(2) == 1);
   p.schedule = PipelineSchedule::GPipe;
@@ -94,8 +104,8 @@ TEST_CASE("1F1B and GPipe orders", "[Sim][pipeline]") {
   p.schedule = PipelineSchedule::OneFOneB;
   p.microBatches = 2;
   CHECK(p.inFlight(0) == 2);
-  CHECK(p.order(0) == std::vector<Item>{{0, false}, {1, false}, {0, true},
-                                        {1, true}});
+  CHECK(p.order(0) ==
+        std::vector<Item>{{0, false}, {1, false}, {0, true}, {1, true}});
 }
 
 TEST_CASE("a pipeline's bubble and memory come out of the simulation",
@@ -189,8 +199,8 @@ TEST_CASE("delta simulation equals full simulation under a pipeline",
       if (!fresh)
         FAIL(errorMessage(fresh.takeError()));
       Simulator full(*fresh);
-      INFO("step " << step << " op " << f.g->op(o).name << " "
-                   << c.str(sem) << (undo ? " (undone)" : ""));
+      INFO("step " << step << " op " << f.g->op(o).name << " " << c.str(sem)
+                   << (undo ? " (undone)" : ""));
       REQUIRE(*t == full.simulateFull());
       for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
         REQUIRE(tg->memory()[d].saved == fresh->memory()[d].saved);

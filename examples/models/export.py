@@ -369,7 +369,8 @@ class SmallResNet(nn.Module):
 
 class SmallMobileNet(nn.Module):
     """A reduced MobileNetV2/V3 for soap-run's tool test (issue 19): a
-    Conv-BN-ReLU6 stem (ReLU6 exports as Clip with constant bounds), one
+    Conv-BN-ReLU6 stem (ReLU6 exports as Clip with constant bounds) with
+    SqueezeNet's 3x3/2 max pool in ceil_mode, one
     inverted residual block with Hardswish, a depthwise 3x3 convolution and
     a squeeze-and-excitation gate with Hardsigmoid (torchvision's
     SqueezeExcitation wiring), a linear bottleneck, global average pool and
@@ -381,6 +382,8 @@ class SmallMobileNet(nn.Module):
         w, e = width, expand
         self.stem = nn.Sequential(nn.Conv2d(3, w, 3, padding=1, bias=False),
                                   nn.BatchNorm2d(w), nn.ReLU6())
+        # SqueezeNet's pooling: windows past the edge (ceil_mode).
+        self.stem_pool = nn.MaxPool2d(3, stride=2, ceil_mode=True)
         self.expand = nn.Sequential(nn.Conv2d(w, e, 1, bias=False),
                                     nn.BatchNorm2d(e), nn.Hardswish())
         self.depthwise = nn.Sequential(
@@ -394,7 +397,7 @@ class SmallMobileNet(nn.Module):
         self.fc = nn.Linear(w, num_classes)
 
     def forward(self, x):
-        x = self.stem(x)
+        x = self.stem_pool(self.stem(x))
         x = x + self.project(self.se(self.depthwise(self.expand(x))))
         return self.fc(torch.flatten(self.pool(x), 1))
 

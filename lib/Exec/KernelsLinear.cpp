@@ -124,8 +124,14 @@ bool isMaxPool(const Op &op) {
 }
 
 llvm::Error checkPool(const Graph &g, const Op &op) {
-  if (op.getInt("ceil_mode", 0) != 0)
-    return inputError("ceil_mode=1 is not supported");
+  // ceil_mode's last windows reach past the input; the points there read
+  // nothing (as padding does): a max ignores them, and an average that does
+  // not count padding divides by the points it read. Counting them would
+  // need ONNX's and PyTorch's rule for the part past the padding.
+  if (op.getInt("ceil_mode", 0) != 0 && !isMaxPool(op) &&
+      op.getInt("count_include_pad", 0) != 0)
+    return inputError("ceil_mode=1 with count_include_pad=1 is not "
+                      "supported");
   if (op.outputs.size() > 1 && op.outputs[1] != kNoValue &&
       !g.value(op.outputs[1]).users.empty())
     return inputError("MaxPool's Indices output is not supported");

@@ -30,12 +30,9 @@ llvm::Error runCheck(const DriverOptions &given) {
   // The plan's recorded inputs unless given again.
   DriverOptions o = given;
   adoptPlanInputs(o, *plan, /*paths=*/true);
-  auto modelSha = sha256File(o.modelPath);
-  if (!modelSha)
-    return modelSha.takeError();
-  auto topoSha = sha256File(o.topologyPath);
-  if (!topoSha)
-    return topoSha.takeError();
+  auto digests = inputDigests(o);
+  if (!digests)
+    return digests.takeError();
   auto su = Session::open(o);
   if (!su)
     return su.takeError();
@@ -51,8 +48,8 @@ llvm::Error runCheck(const DriverOptions &given) {
     llvm::consumeError(strategy.takeError());
   }
   std::vector<CheckFinding> findings =
-      checkPlan(*plan, *modelSha, *topoSha, s.batch, *s.graph, *s.topo,
-                metrics ? &*metrics : nullptr);
+      checkPlan(*plan, digests->model, digests->topology, s.batch, *s.graph,
+                *s.topo, metrics ? &*metrics : nullptr);
   if (findings.empty() && o.research) {
     auto t = parseTolerance(o.tolerance);
     if (!t)

@@ -181,25 +181,32 @@ llvm::Error checkOutputPath(llvm::StringRef flag, llvm::StringRef path) {
   return llvm::Error::success();
 }
 
+llvm::Expected<InputDigests> inputDigests(const DriverOptions &o) {
+  auto model = sha256File(o.modelPath);
+  if (!model)
+    return model.takeError();
+  auto topology = sha256File(o.topologyPath);
+  if (!topology)
+    return topology.takeError();
+  return InputDigests{std::move(*model), std::move(*topology)};
+}
+
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                             const SimMetrics &m, Seconds dpTime,
                             const std::string &searcher, uint64_t seed,
                             const std::string &path) {
   const DriverOptions &o = s.options;
-  auto modelSha = sha256File(o.modelPath);
-  if (!modelSha)
-    return modelSha.takeError();
-  auto topoSha = sha256File(o.topologyPath);
-  if (!topoSha)
-    return topoSha.takeError();
+  auto digests = inputDigests(o);
+  if (!digests)
+    return digests.takeError();
   PlanInputs in;
   in.modelPath = o.modelPath;
-  in.modelSha256 = *modelSha;
+  in.modelSha256 = digests->model;
   in.batch = s.batch;
   in.unrollRnn = o.unrollRnn.value_or(false);
   in.appendLoss = !o.noLoss.value_or(false);
   in.topologyPath = o.topologyPath;
-  in.topologySha256 = *topoSha;
+  in.topologySha256 = digests->topology;
   in.searcher = searcher;
   in.seed = seed;
   in.budget = o.budget;

@@ -87,6 +87,7 @@ public:
     Seconds cur = sim->simulateFull();
     bool curFits = tg->fits();
     Bytes curPeak = peakMemory(*tg);
+    groups_ = stageGroups(initial);
     ChainResult r;
     if (curFits) {
       r.best = initial;
@@ -99,6 +100,37 @@ public:
     auto start = Clock::now();
     uint64_t lastImprovement = 0;
     double lastImprovementAt = 0;
+    // Metropolis-Hastings on a simulated proposal `next` (time t): while
+    // the current strategy does not fit, walk towards one that does
+    // (accept what fits or lowers the peak memory). On acceptance the
+    // chain's state follows; bestPending says the caller must record the
+    // strategy as the best (it owns the graph that holds it).
+    bool bestPending = false;
+    auto decide = [&](Seconds t, const TaskGraph &next, uint64_t n,
+                      double elapsed) {
+      bool fits = next.fits();
+      Bytes peak = peakMemory(next);
+      double u = rng.uniformReal();
+      bool accept = curFits
+                        ? fits && (t <= cur || u < std::exp(beta * (cur - t)))
+                        : fits || peak < curPeak;
+      if (!accept)
+        return false;
+      ++r.accepted;
+      cur = t;
+      curFits = fits;
+      curPeak = peak;
+      // Progress towards feasibility counts as improvement.
+      if (!fits || cur < r.bestTime) {
+        lastImprovement = n;
+        lastImprovementAt = elapsed;
+      }
+      if (fits && cur < r.bestTime) {
+        r.bestTime = cur;
+        bestPending = true;
+      }
+      return true;
+    };
     for (uint64_t n = 1;; ++n) {
       double elapsed =
           std::chrono::duration<double>(Clock::now() - start).count();
@@ -140,28 +172,13 @@ public:
         auto ntg = std::make_unique<TaskGraph>(std::move(*nb));
         auto nsim = std::make_unique<Simulator>(*ntg);
         Seconds t = nsim->simulateFull();
-        bool fits = ntg->fits();
-        Bytes peak = peakMemory(*ntg);
-        double u = rng.uniformReal();
-        bool accept = curFits
-                          ? fits && (t <= cur || u < std::exp(beta * (cur - t)))
-                          : fits || peak < curPeak;
-        if (accept) {
-          ++r.accepted;
+        if (decide(t, *ntg, n, elapsed)) {
           tg = std::move(ntg);
           sim = std::move(nsim);
-          cur = t;
-          curFits = fits;
-          curPeak = peak;
-          if (!fits) {
-            lastImprovement = n;
-            lastImprovementAt = elapsed;
-          } else if (cur < r.bestTime) {
-            r.bestTime = cur;
+          groups_ = stageGroups(tg->strategy());
+          if (bestPending)
             r.best = tg->strategy();
-            lastImprovement = n;
-            lastImprovementAt = elapsed;
-          }
+          bestPending = false;
         }
         continue;
       }
@@ -181,7 +198,8 @@ public:
         next = space_.sample(op, rng);
       // Under a pipeline an op stays on its stage's device group.
       if (tg->strategy().pipeline.active() &&
-          !placeInStage(tg->strategy(), op, next))
+          !placeInStage(groups_[size_t(tg->strategy().pipeline.stage(op))],
+                        next))
         continue;
       const OpConfig &old = tg->strategy().configs[op];
       if (next == old)
@@ -195,29 +213,10 @@ public:
         --r.proposals;
         continue;
       }
-      bool fits = tg->fits();
-      Bytes peak = peakMemory(*tg);
-      double u = rng.uniformReal();
-      // While the current strategy does not fit, walk towards one that
-      // does: accept what lowers the peak memory (or fits).
-      bool accept = curFits
-                        ? fits && (*t <= cur || u < std::exp(beta * (cur - *t)))
-                        : fits || peak < curPeak;
-      if (accept) {
-        ++r.accepted;
-        cur = *t;
-        curFits = fits;
-        curPeak = peak;
-        if (!fits) {
-          // Progress towards feasibility counts as improvement.
-          lastImprovement = n;
-          lastImprovementAt = elapsed;
-        } else if (cur < r.bestTime) {
-          r.bestTime = cur;
+      if (decide(*t, *tg, n, elapsed)) {
+        if (bestPending)
           r.best = tg->strategy();
-          lastImprovement = n;
-          lastImprovementAt = elapsed;
-        }
+        bestPending = false;
       } else if (auto err = sim->undo()) {
         return llvm::Error(std::move(err));
       }
@@ -246,11 +245,10 @@ private:
     return g;
   }
 
-  /// Moves `c` (placed by the space on devices from 0) into op `o`'s stage
-  /// group; false when it has more tasks than the group has devices.
-  static bool placeInStage(const Strategy &s, OpId o, OpConfig &c) {
-    auto groups = stageGroups(s);
-    auto [lo, hi] = groups[size_t(s.pipeline.stage(o))];
+  /// Moves `c` (placed by the space on devices from 0) into its op's stage
+  /// `group`; false when it has more tasks than the group has devices.
+  static bool placeInStage(std::pair<DeviceId, DeviceId> group, OpConfig &c) {
+    auto [lo, hi] = group;
     DeviceId size = hi - lo + 1;
     DeviceId first = *std::min_element(c.devices.begin(), c.devices.end());
     DeviceId last = *std::max_element(c.devices.begin(), c.devices.end());
@@ -305,7 +303,7 @@ private:
     bool down = rng.uniform(2) == 0; // last op of b joins b + 1
     size_t o = down ? last : last + 1;
     int32_t from = pl.stageOf[o], to = down ? b + 1 : b;
-    auto groups = stageGroups(cur);
+    const auto &groups = groups_;
     int64_t shift =
         int64_t(groups[size_t(to)].first) - int64_t(groups[size_t(from)].first);
     pl.stageOf[o] = to;
@@ -323,6 +321,9 @@ private:
   const SearchOptions &o_;
   const ConfigSpace &space_;
   std::vector<std::vector<OpId>> neighbours_;
+  /// Each stage's device range, derived when the chain's structure (its
+  /// stages) changes, not per proposal: an op's proposals stay inside it.
+  std::vector<std::pair<DeviceId, DeviceId>> groups_;
 };
 
 class McmcSearcher : public Searcher {
@@ -367,28 +368,24 @@ public:
       else
         llvm::consumeError(piped.takeError());
     }
-    // Data parallelism that does not fit: also start from it with selective
-    // and with full activation recomputation.
-    {
-      auto e = evaluate(p, initial[0]);
-      if (!e)
-        return e.takeError();
-      if (!e->second)
-        for (bool full : {false, true}) {
-          Strategy r = initial[0];
-          r.recompute = recomputePolicy(g, full);
-          initial.push_back(std::move(r));
-        }
-    }
-    // The candidates that fit first, fastest first: past the deadline only
-    // the first job runs, and it should start from the best (on a model
-    // that data parallelism cannot hold, a pipelined start).
+    // Each candidate simulated once. The candidates that fit first, fastest
+    // first: past the deadline only the first job runs, and it should start
+    // from the best (on a model that data parallelism cannot hold, a
+    // pipelined start).
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
     for (size_t c = 0; c < initial.size(); ++c) {
       auto e = evaluate(p, initial[c]);
       if (!e)
         return e.takeError();
       rank.push_back({{!e->second, e->first}, c});
+      // Data parallelism that does not fit: also start from it with
+      // selective and with full activation recomputation.
+      if (c == 0 && !e->second)
+        for (bool full : {false, true}) {
+          Strategy r = initial[0];
+          r.recompute = recomputePolicy(g, full);
+          initial.push_back(std::move(r));
+        }
     }
     std::stable_sort(rank.begin(), rank.end());
     std::vector<Strategy> ordered;

@@ -18,18 +18,26 @@ std::error_code DeadlineExceeded::convertToErrorCode() const {
   return std::make_error_code(std::errc::timed_out);
 }
 
+/// Removes a duration unit (ms, s, m, h) from the end of `t` and returns
+/// its seconds; 0 when there is none.
+static double consumeUnit(llvm::StringRef &t) {
+  if (t.consume_back("ms"))
+    return 1e-3;
+  if (t.consume_back("s"))
+    return 1;
+  if (t.consume_back("m"))
+    return 60;
+  if (t.consume_back("h"))
+    return 3600;
+  return 0;
+}
+
 llvm::Expected<double> parseDuration(llvm::StringRef text,
                                      llvm::StringRef flag) {
   llvm::StringRef t = text.trim();
-  double scale = 1;
-  if (t.consume_back("ms"))
-    scale = 1e-3;
-  else if (t.consume_back("s"))
-    scale = 1;
-  else if (t.consume_back("m"))
-    scale = 60;
-  else if (t.consume_back("h"))
-    scale = 3600;
+  double scale = consumeUnit(t);
+  if (scale == 0)
+    scale = 1; // a plain number is seconds
   double v;
   if (t.empty() || t.getAsDouble(v) || !(v > 0) || !std::isfinite(v * scale))
     return inputError("{} '{}': expected a positive duration such as 30s, "
@@ -41,13 +49,7 @@ llvm::Expected<double> parseDuration(llvm::StringRef text,
 llvm::Expected<Budget> Budget::parse(llvm::StringRef text) {
   Budget b;
   llvm::StringRef t = text.trim();
-  double scale = 0;
-  if (t.consume_back("ms"))
-    scale = 1e-3;
-  else if (t.consume_back("s"))
-    scale = 1;
-  else if (t.consume_back("m"))
-    scale = 60;
+  double scale = consumeUnit(t);
   if (scale > 0) {
     double v;
     if (t.getAsDouble(v) || !(v > 0) || !std::isfinite(v))

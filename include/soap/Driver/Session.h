@@ -55,6 +55,12 @@ llvm::Expected<SearchOptions> searchOptions(const DriverOptions &o,
 /// folder missing or not writable, or the path a folder. `flag` names it.
 llvm::Error checkOutputPath(llvm::StringRef flag, llvm::StringRef path);
 
+/// The SHA-256s of the model and topology files a plan records.
+struct InputDigests {
+  std::string model, topology;
+};
+llvm::Expected<InputDigests> inputDigests(const DriverOptions &o);
+
 /// Writes `strategy` as a plan recording how it was found; prints
 /// "plan: PATH" unless PATH is "-".
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,

@@ -62,3 +62,6 @@ if config.soap_have_cuda:
 import importlib.util
 if importlib.util.find_spec("torch") is not None:
     config.available_features.add("torch")
+# ONNX's Python package: examples/models' generators (test/cli/zoo).
+if importlib.util.find_spec("onnx") is not None:
+    config.available_features.add("onnx")

@@ -654,6 +654,17 @@ def export_proto(name, batch):
     builder, specs = MODELS[name]
     torch.manual_seed(0)
     model = builder()
+    proto = export_model(model, specs, batch)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_bn = sum(isinstance(m, nn.modules.batchnorm._BatchNorm)
+               for m in model.modules())
+    del model
+    return proto, n_params, n_bn, specs
+
+
+def export_model(model, specs, batch):
+    """torch.onnx.export of `model` in training mode as the zoo does it
+    (also used by test/cli/zoo's comparison with gpt3.py)."""
     model.train()
     args = make_inputs(specs, batch)
     in_names = [s[0] for s in specs]
@@ -672,11 +683,7 @@ def export_proto(name, batch):
     )
     proto = onnx.load_from_string(buf.getvalue())
     del buf
-    n_params = sum(p.numel() for p in model.parameters())
-    n_bn = sum(isinstance(m, nn.modules.batchnorm._BatchNorm)
-               for m in model.modules())
-    del model
-    return proto, n_params, n_bn, specs
+    return proto
 
 
 def numel(t):
@@ -831,6 +838,8 @@ def main():
 
     ordered = OrderedDict((k, table[k]) for k in list(MODELS) + list(VARIANTS)
                           if k in table)
+    # entries that other scripts write (gpt3.py) stay, in their order
+    ordered.update((k, v) for k, v in table.items() if k not in ordered)
     with open(pjson, "w") as f:
         json.dump(ordered, f, indent=1)
         f.write("\n")

@@ -7,6 +7,7 @@
 #include "llvm/Support/Path.h"
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <fcntl.h>
 #include <fmt/ranges.h>
@@ -164,10 +165,40 @@ llvm::Error parseModel(ImportState &s) {
   return llvm::Error::success();
 }
 
+/// The bytes a tensor's external data needs of its file: offset + length
+/// (length defaulting to the dims' bytes); an error for an offset or
+/// length that is not a non-negative integer.
+llvm::Expected<uint64_t> externalEnd(const onnx::TensorProto &t) {
+  uint64_t offset = 0, length = 0;
+  bool hasLength = false;
+  for (const auto &kv : t.external_data()) {
+    if (kv.key() != "offset" && kv.key() != "length")
+      continue;
+    uint64_t v;
+    if (llvm::StringRef(kv.value()).getAsInteger(10, v) ||
+        v > static_cast<uint64_t>(INT64_MAX))
+      return inputError("external data {} '{}' is not a byte count", kv.key(),
+                        kv.value());
+    (kv.key() == "offset" ? offset : length) = v;
+    hasLength |= kv.key() == "length";
+  }
+  if (!hasLength) {
+    auto n =
+        elementCount({t.dims().data(), static_cast<size_t>(t.dims_size())});
+    length = n ? static_cast<uint64_t>(*n) * elemBytes(t.data_type()) : 0;
+  }
+  if (length > static_cast<uint64_t>(INT64_MAX) - offset)
+    return inputError("external data offset {} + length {} overflows", offset,
+                      length);
+  return offset + length;
+}
+
 /// External data is never read, but its path must not point outside the
 /// model's directory (a model file must not make us touch arbitrary files).
+/// `subject` names the tensor in "... stores its data in" (soap-run's
+/// refusal of absent weights).
 llvm::Error checkExternal(const ImportState &s, const onnx::TensorProto &t,
-                          const std::string &what) {
+                          const std::string &what, const std::string &subject) {
   if (!protoIsExternal(t))
     return llvm::Error::success();
   std::string location;
@@ -198,10 +229,15 @@ llvm::Error checkExternal(const ImportState &s, const onnx::TensorProto &t,
     dir = ".";
   llvm::SmallString<256> file(dir);
   llvm::sys::path::append(file, location);
-  // A missing file is fine: only dims are needed. An existing one must not
-  // escape the directory through a symlink.
-  if (!llvm::sys::fs::exists(file))
+  // A missing file is fine when only dims are needed (the zoo's GPT-3
+  // models have none). An existing one must not escape the directory
+  // through a symlink.
+  if (!llvm::sys::fs::exists(file)) {
+    if (s.opts.requireExternalData)
+      return inputError("{}: {} stores its data in '{}', which does not exist",
+                        s.path, subject, location);
     return llvm::Error::success();
+  }
   llvm::SmallString<256> realDir, realFile;
   if (llvm::sys::fs::real_path(dir, realDir) ||
       llvm::sys::fs::real_path(file, realFile))
@@ -211,6 +247,20 @@ llvm::Error checkExternal(const ImportState &s, const onnx::TensorProto &t,
     return inputError("{}: {}: external data location '{}' resolves to '{}', "
                       "outside the model's directory",
                       s.path, what, location, realFile.str().str());
+  if (!s.opts.requireExternalData)
+    return llvm::Error::success();
+  auto end = externalEnd(t);
+  if (!end)
+    return inputError("{}: {}: {}", s.path, what,
+                      errorMessage(end.takeError()));
+  uint64_t size = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(file, size))
+    return inputError("{}: {}: cannot read external data '{}': {}", s.path,
+                      what, location, ec.message());
+  if (size < *end)
+    return inputError("{}: {} stores its data in the first {} bytes of '{}', "
+                      "which has {}",
+                      s.path, subject, *end, location, size);
   return llvm::Error::success();
 }
 
@@ -218,7 +268,8 @@ llvm::Error checkAllExternal(const ImportState &s) {
   const onnx::GraphProto &g = s.graph();
   for (const auto &t : g.initializer()) {
     std::string what = fmt::format("tensor '{}' (initializer)", t.name());
-    if (auto err = checkExternal(s, t, what))
+    if (auto err = checkExternal(s, t, what,
+                                 fmt::format("initializer '{}'", t.name())))
       return err;
     if (auto err = checkStoredSize(t))
       return inputError("{}: {}: {}", s.path, what,
@@ -228,7 +279,9 @@ llvm::Error checkAllExternal(const ImportState &s) {
     for (const auto &a : g.node(i).attribute())
       if (a.has_t())
         if (auto err = checkExternal(s, a.t(),
-                                     fmt::format("node '{}'", s.nodeNames[i])))
+                                     fmt::format("node '{}'", s.nodeNames[i]),
+                                     fmt::format("node '{}': attribute '{}'",
+                                                 s.nodeNames[i], a.name())))
           return err;
   return llvm::Error::success();
 }

@@ -128,6 +128,9 @@ static llvm::Error run(Comm &comm) {
   ImportOptions io;
   io.batch = plan->inputs.batch;
   io.appendLoss = plan->inputs.appendLoss;
+  // Weights stored as external data must be there (the zoo's GPT-3 files
+  // have only dims); stripped weights without external data are seeded.
+  io.requireExternalData = true;
   if (auto err = io.validate())
     return err;
   auto g = importOnnx(modelPath, io);

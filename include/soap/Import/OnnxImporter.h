@@ -25,6 +25,10 @@ struct ImportOptions {
   bool appendLoss = true;
   /// Reserved: LSTM unrolling. LSTM ops are imported as they are either way.
   bool unrollRnn = false;
+  /// Refuse initializers whose external data file is missing or shorter
+  /// than the bytes they say they use (soap-run, which trains, asks for
+  /// this). Otherwise absent external data is fine: only dims are needed.
+  bool requireExternalData = false;
 
   /// Errors unless batch >= 1.
   llvm::Error validate() const;
@@ -48,7 +52,8 @@ constexpr int kMaxSubgraphNesting = 100;
 /// Imports the ONNX model at `path`. Every error that the file can cause is
 /// an inputError (exit code 2) whose message starts with `path` and names the
 /// node or tensor concerned. External data is never read (only dims are
-/// needed); its paths are checked to stay inside the model's directory.
+/// needed); its paths are checked to stay inside the model's directory, and
+/// its files to exist when `opts.requireExternalData` is set.
 ///
 /// Operand conventions of the IR (constant operands become attributes):
 /// Reshape `shape` (the resolved output dims), Slice `starts`/`steps` (one per

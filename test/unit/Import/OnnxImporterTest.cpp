@@ -650,6 +650,41 @@ TEST_CASE("import: external data", "[import]") {
     CHECK_THAT(importError(external("a/../../w.bin").save(dir)),
                Catch::Contains("must be a relative path"));
   }
+  SECTION("requireExternalData: the file must hold offset + length bytes") {
+    ImportOptions need;
+    need.requireExternalData = true;
+    Model m = external("w.bin");
+    std::string path = m.save(dir);
+    CHECK(importError(path, need) ==
+          path + ": initializer 'w' stores its data in 'w.bin', which does "
+                 "not exist");
+    // No length: the dims' 8 x 4 floats, 128 bytes.
+    std::ofstream(dir.file("w.bin")) << std::string(127, '\0');
+    CHECK(importError(path, need) ==
+          path + ": initializer 'w' stores its data in the first 128 bytes of "
+                 "'w.bin', which has 127");
+    std::ofstream(dir.file("w.bin")) << std::string(128, '\0');
+    importOk(path, need);
+    // offset 64 + length 128 runs past a 128-byte file; a bad count is named.
+    TP *w = m.g->mutable_initializer(0);
+    for (auto [key, value] :
+         {std::pair<const char *, const char *>{"offset", "64"},
+          {"length", "128"}}) {
+      auto *kv = w->add_external_data();
+      kv->set_key(key);
+      kv->set_value(value);
+    }
+    path = m.save(dir);
+    CHECK_THAT(importError(path, need),
+               Catch::Contains("first 192 bytes of 'w.bin', which has 128"));
+    w->mutable_external_data(1)->set_value("-1");
+    path = m.save(dir);
+    CHECK_THAT(importError(path, need),
+               Catch::Contains("tensor 'w' (initializer): external data "
+                               "offset '-1' is not a byte count"));
+    // Without the option a short file is fine: only dims are needed.
+    importOk(path);
+  }
   SECTION("a symlink out of the directory is rejected") {
     TempDir other;
     std::ofstream(other.file("w.bin")) << "0123";

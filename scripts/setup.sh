@@ -4,7 +4,8 @@
 # already present are not reinstalled, and the build is incremental.
 #   scripts/setup.sh            build and test dependencies, then build
 #   scripts/setup.sh --models   also python3-torch/torchvision/onnx, which
-#                               examples/models/export.py needs
+#                               examples/models/export.py needs, and OpenBLAS
+#                               as PyTorch's BLAS (bench/step-time.py)
 #   scripts/setup.sh --sanitize also clang-14 and libclang-rt-14-dev (ASan,
 #                               UBSan and libFuzzer's runtime) for the
 #                               sanitizer build of scripts/test.sh --sanitize
@@ -13,9 +14,10 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build python3 llvm-15-dev llvm-15-tools
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libfmt-dev
-  libspdlog-dev catch2 libopenmpi-dev openmpi-bin)
+  libspdlog-dev catch2 libopenmpi-dev openmpi-bin libdnnl-dev)
 case "${1:-}" in
-  --models) packages+=(python3-torch python3-torchvision python3-onnx) ;;
+  --models) packages+=(python3-torch python3-torchvision python3-onnx
+    libopenblas0-pthread) ;;
   --sanitize) packages+=(clang-14 libclang-rt-14-dev) ;;
 esac
 

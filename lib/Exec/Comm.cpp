@@ -12,6 +12,8 @@ namespace soap {
 
 Comm::~Comm() = default;
 
+int Comm::localSize() const { return 1; }
+
 void Comm::abort(int code) {
 #ifdef SOAP_HAVE_MPI
   MPI_Abort(MPI_COMM_WORLD, code);
@@ -41,6 +43,12 @@ public:
   MpiComm() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // A collective: asked here, where every rank is, not on first use.
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_,
+                        MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &localSize_);
+    MPI_Comm_free(&local);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -58,9 +66,10 @@ public:
   }
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
   std::string name() const override { return "mpi"; }
+  int localSize() const override { return localSize_; }
 
 private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, localSize_ = 1;
 };
 #endif
 

@@ -5,6 +5,7 @@
 #include "soap/Exec/Executor.h"
 
 #include "Assemble.h"
+#include "Gemm.h"
 #include "Kernels.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
@@ -17,7 +18,9 @@
 #include <fmt/ranges.h>
 #include <limits>
 #include <map>
+#include <sched.h>
 #include <set>
+#include <thread>
 
 namespace soap {
 
@@ -36,6 +39,8 @@ llvm::Error ExecOptions::validate() const {
                       fmt::format("{}", fmt::join(built, ", ")));
   if (steps < 1)
     return inputError("--steps must be at least 1, got {}", steps);
+  if (threads < 0)
+    return inputError("--threads must be at least 1, got {}", threads);
   if (!(learningRate > 0) || !std::isfinite(learningRate))
     return inputError("--lr must be a positive number, got {}", learningRate);
   return llvm::Error::success();
@@ -576,7 +581,18 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
 
 } // namespace
 
+int kernelThreads(const ExecOptions &opts, const Comm &comm) {
+  if (opts.threads > 0)
+    return opts.threads;
+  cpu_set_t set;
+  int cores = sched_getaffinity(0, sizeof(set), &set) == 0
+                  ? CPU_COUNT(&set)
+                  : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, comm.localSize()));
+}
+
 llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm) {
+  exec::setKernelThreads(kernelThreads(opts, comm));
 #ifdef SOAP_HAVE_CUDA
   if (opts.backend == "cuda")
     return exec::initCudaBackend(comm.rank());

@@ -4,6 +4,7 @@
 // and broadcasting come from the semantics rather than from each kernel.
 #include "Kernels.h"
 
+#include "Gemm.h"
 #include "soap/Support/Error.h"
 #include <cmath>
 #include <limits>
@@ -69,15 +70,18 @@ void contractionForward(KernelCtx &ctx) {
   float beta = ctx.op.kind == "Gemm" ? attrF(ctx.op, "beta", 1) : 1.0f;
   bool bias = ctx.op.inputs.size() > 2 && ctx.op.inputs[2] != kNoValue;
   for (Task &t : ctx.tasks) {
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box},
-                       {&sem.inputs[1], t.in[1].box}});
     float *y = t.out[0].data.data();
-    const float *a = t.in[0].data.data(), *b = t.in[1].data.data();
-    it.run(t.loops, [&](const int64_t *o) {
-      if (o[1] >= 0 && o[2] >= 0)
-        y[o[0]] += alpha * a[o[1]] * b[o[2]];
-    });
+    bool conv = ctx.op.kind == "Conv";
+    if (!(conv && convForward(sem, t)) && !gemmForward(sem, t, alpha)) {
+      PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
+                         {&sem.inputs[0], t.in[0].box},
+                         {&sem.inputs[1], t.in[1].box}});
+      const float *a = t.in[0].data.data(), *b = t.in[1].data.data();
+      it.run(t.loops, [&](const int64_t *o) {
+        if (o[1] >= 0 && o[2] >= 0)
+          y[o[0]] += alpha * a[o[1]] * b[o[2]];
+      });
+    }
     if (bias && firstOfPartialGroup(sem, t.loops, 0)) {
       PointIter ib(sem, {{&sem.outputs[0], t.out[0].box},
                          {&sem.inputs[2], t.in[2].box}});
@@ -94,19 +98,22 @@ void contractionBackward(KernelCtx &ctx) {
   float beta = ctx.op.kind == "Gemm" ? attrF(ctx.op, "beta", 1) : 1.0f;
   bool bias = ctx.op.inputs.size() > 2 && ctx.op.inputs[2] != kNoValue;
   for (Task &t : ctx.tasks) {
-    PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
-                       {&sem.inputs[0], t.in[0].box},
-                       {&sem.inputs[1], t.in[1].box}});
     const float *dy = t.gout[0].data.data();
-    const float *a = t.in[0].data.data(), *b = t.in[1].data.data();
-    float *da = t.gin[0].data.data(), *db = t.gin[1].data.data();
-    it.run(t.loops, [&](const int64_t *o) {
-      if (o[1] >= 0 && o[2] >= 0) {
-        float g = alpha * dy[o[0]];
-        da[o[1]] += g * b[o[2]];
-        db[o[2]] += g * a[o[1]];
-      }
-    });
+    bool conv = ctx.op.kind == "Conv";
+    if (!(conv && convBackward(sem, t)) && !gemmBackward(sem, t, alpha)) {
+      PointIter it(sem, {{&sem.outputs[0], t.out[0].box},
+                         {&sem.inputs[0], t.in[0].box},
+                         {&sem.inputs[1], t.in[1].box}});
+      const float *a = t.in[0].data.data(), *b = t.in[1].data.data();
+      float *da = t.gin[0].data.data(), *db = t.gin[1].data.data();
+      it.run(t.loops, [&](const int64_t *o) {
+        if (o[1] >= 0 && o[2] >= 0) {
+          float g = alpha * dy[o[0]];
+          da[o[1]] += g * b[o[2]];
+          db[o[2]] += g * a[o[1]];
+        }
+      });
+    }
     if (bias && firstOfPartialGroup(sem, t.loops, 0)) {
       PointIter ib(sem, {{&sem.outputs[0], t.out[0].box},
                          {&sem.inputs[2], t.in[2].box}});

@@ -16,8 +16,8 @@ namespace {
 
 class NcclComm : public Comm {
 public:
-  NcclComm(ncclComm_t c, cudaStream_t s, int rank, int size)
-      : comm_(c), stream_(s), rank_(rank), size_(size) {}
+  NcclComm(ncclComm_t c, cudaStream_t s, int rank, int size, int localSize)
+      : comm_(c), stream_(s), rank_(rank), size_(size), localSize_(localSize) {}
   ~NcclComm() override {
     ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
@@ -26,6 +26,7 @@ public:
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int localSize() const override { return localSize_; }
   std::string name() const override { return "nccl"; }
   void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
 
@@ -77,7 +78,7 @@ private:
 
   ncclComm_t comm_;
   cudaStream_t stream_;
-  int rank_, size_;
+  int rank_, size_, localSize_;
   float *send_ = nullptr, *recv_ = nullptr;
   size_t sendCap_ = 0, recvCap_ = 0;
 };
@@ -99,7 +100,8 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclComm(const Comm &mpi) {
     return internalError("ncclCommInitRank: {}", ncclGetErrorString(r));
   cudaStream_t s;
   cudaStreamCreate(&s);
-  return std::unique_ptr<Comm>(new NcclComm(c, s, mpi.rank(), mpi.size()));
+  return std::unique_ptr<Comm>(
+      new NcclComm(c, s, mpi.rank(), mpi.size(), mpi.localSize()));
 }
 
 } // namespace soap

@@ -50,6 +50,9 @@ static cl::opt<std::string>
                         "element-wise ops on the rank's GPU) when built with "
                         "CUDA"),
                cl::init("cpu"), cl::cat(runCat));
+/// --threads: libLLVM registers an unrelated, undocumented "threads"
+/// option of its own; main() removes it and then creates ours.
+static cl::opt<int> *threadsOpt = nullptr;
 static cl::opt<std::string>
     commOpt("comm",
             cl::desc("Communication: mpi, or nccl (grouped send/recv on the "
@@ -77,6 +80,10 @@ static llvm::Error run(Comm &comm) {
   opts.learningRate = lrOpt;
   opts.dumpWeightsDir = dumpOpt;
   opts.backend = backendOpt;
+  opts.threads = *threadsOpt;
+  if (threadsOpt->getNumOccurrences() > 0 && *threadsOpt < 1)
+    return inputError("--threads must be at least 1, got {}",
+                      threadsOpt->getValue());
   if (auto err = opts.validate())
     return err;
   std::vector<std::string> comms = builtCommBackends();
@@ -166,11 +173,12 @@ static llvm::Error run(Comm &comm) {
   if (comm.rank() == 0)
     llvm::outs() << fmt::format(
         "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}, {}), "
-        "{} steps, seed {}\n",
+        "{} steps, seed {}, {} thread{} per rank\n",
         modelPath.getValue(), graph->numOps(), plan->inputs.batch,
         planPath.getValue(), plan->inputs.searcher, comm.size(),
         comm.size() == 1 ? "" : "s", opts.backend,
-        nccl ? nccl->name() : comm.name(), opts.steps, opts.seed);
+        nccl ? nccl->name() : comm.name(), opts.steps, opts.seed,
+        kernelThreads(opts, comm), kernelThreads(opts, comm) == 1 ? "" : "s");
   auto steps = runTraining(*graph, *strategy, nccl ? *nccl : comm, opts);
   if (!steps) {
     // An error met by some ranks only (a GPU failure, an unwritable
@@ -194,6 +202,15 @@ static llvm::Error run(Comm &comm) {
 }
 
 int main(int argc, char **argv) {
+  if (cl::Option *llvmThreads =
+          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
+    llvmThreads->removeArgument();
+  static cl::opt<int> threads(
+      "threads",
+      cl::desc("Threads of each rank's CPU kernels (default: the cores this "
+               "process may use / the ranks on its machine, at least 1)"),
+      cl::init(0), cl::cat(runCat));
+  threadsOpt = &threads;
   std::unique_ptr<Comm> comm = createComm(argc, argv);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "soap-run 0.1.0 — the reference executor of soapc plans\n";

@@ -33,6 +33,8 @@ public:
   virtual void barrier() = 0;
   /// "single", "mpi", ...
   virtual std::string name() const = 0;
+  /// Ranks of this job on this rank's machine (they share its cores).
+  virtual int localSize() const;
   /// Ends every rank at once (MPI_Abort) after an error on this rank alone.
   virtual void abort(int code);
 };

@@ -35,6 +35,9 @@ struct ExecOptions {
   /// Kernel backend: "cpu", or "cuda" (contractions and element-wise ops on
   /// the rank's GPU, the other ops on the CPU) when built with CUDA.
   std::string backend = "cpu";
+  /// Threads of each rank's CPU kernels; 0: the cores this process may run
+  /// on divided by the ranks on its machine, at least 1.
+  int threads = 0;
 
   llvm::Error validate() const;
 };
@@ -47,9 +50,12 @@ struct StepResult {
 /// The kernel backends built in: "cpu", and "cuda" with CUDA.
 std::vector<std::string> builtKernelBackends();
 
-/// Readies the kernel backend on this rank (the CUDA backend picks the GPU
-/// numbered rank % device count); errors (exit code 2) without a GPU.
-/// runTraining calls it too.
+/// The CPU kernel threads of this rank under `opts` (see threads).
+int kernelThreads(const ExecOptions &opts, const Comm &comm);
+
+/// Readies the kernel backend on this rank (CPU kernel threads set) (the CUDA
+/// backend picks the GPU numbered rank % device count); errors (exit code 2)
+/// without a GPU. runTraining calls it too.
 llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm);
 
 /// Whether the executor can run every op of `g` (an error names the first

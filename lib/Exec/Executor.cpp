@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <limits>
+#include <malloc.h>
 #include <map>
 #include <sched.h>
 #include <set>
@@ -273,9 +274,11 @@ void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
   switch (v.kind) {
   case ValueKind::Weight: {
     const std::vector<float> &w = weights_.at(v.id);
-    exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
-      out.data[off] = w[flat];
-    });
+    exec::forEachIndexRun(box, shape,
+                          [&](int64_t flat, int64_t off, int64_t n) {
+                            std::copy(w.begin() + flat, w.begin() + flat + n,
+                                      out.data.begin() + off);
+                          });
     break;
   }
   case ValueKind::Constant:
@@ -451,13 +454,15 @@ void Runner::syncWeights() {
     for (size_t d = 0; d < want.size(); ++d) {
       if (std::get<0>(want[d]) != me_)
         continue;
-      exec::forEachIndex(grads[d].box, w.shape.dims,
-                         [&](int64_t flat, int64_t off) {
-                           if (!done[flat]) {
-                             data[flat] -= lr * grads[d].data[off];
-                             done[flat] = true;
-                           }
-                         });
+      exec::forEachIndexRun(grads[d].box, w.shape.dims,
+                            [&](int64_t flat, int64_t off, int64_t n) {
+                              const float *g = grads[d].data.data() + off;
+                              for (int64_t k = 0; k < n; ++k)
+                                if (!done[flat + k]) {
+                                  data[flat + k] -= lr * g[k];
+                                  done[flat + k] = true;
+                                }
+                            });
     }
   }
 }
@@ -593,6 +598,11 @@ int kernelThreads(const ExecOptions &opts, const Comm &comm) {
 
 llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm) {
   exec::setKernelThreads(kernelThreads(opts, comm));
+  // Every op's buffers are allocated and freed at every step: keep freed
+  // memory in the heap for the next op rather than handing it back to the
+  // kernel, whose fresh pages would each cost a fault and a clear.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #ifdef SOAP_HAVE_CUDA
   if (opts.backend == "cuda")
     return exec::initCudaBackend(comm.rank());

@@ -71,6 +71,10 @@ float normEps(const Op &op) {
   return static_cast<float>(op.getFloat("epsilon", 1e-5));
 }
 
+// Operands of the normalisation walks: 0 x, 1 the row statistics, 2 y,
+// 3 the scale, 4 the bias. Rows of the innermost loop run as strided
+// loops (statistics and parameters usually step by 0 there).
+
 /// saved[0] = mean, saved[1] = 1/sqrt(var + eps), per row.
 void normForward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
@@ -90,9 +94,20 @@ void normForward(KernelCtx &ctx) {
   std::vector<Buf> mean = rowBufs(ctx, keep, 0);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
-    iter(t, mean[k]).run(t.loops, [&](const int64_t *o) {
-      mean[k].data[o[1]] += t.in[0].data[o[0]];
-    });
+    const float *x = t.in[0].data.data();
+    float *m = mean[k].data.data();
+    iter(t, mean[k])
+        .runRows(t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+          if (st[1] == 0) {
+            float acc = 0;
+            for (int64_t i = 0; i < n; ++i)
+              acc += x[o[0] + st[0] * i];
+            m[o[1]] += acc;
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i)
+            m[o[1] + st[1] * i] += x[o[0] + st[0] * i];
+        });
   }
   allReduce(ctx, keep, mean, Combine::Sum);
   for (Buf &m : mean)
@@ -101,10 +116,15 @@ void normForward(KernelCtx &ctx) {
   std::vector<Buf> var = rowBufs(ctx, keep, 0);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
-    iter(t, var[k]).run(t.loops, [&](const int64_t *o) {
-      float d = t.in[0].data[o[0]] - mean[k].data[o[1]];
-      var[k].data[o[1]] += d * d;
-    });
+    const float *x = t.in[0].data.data(), *m = mean[k].data.data();
+    float *v = var[k].data.data();
+    iter(t, var[k]).runRows(
+        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            float d = x[o[0] + st[0] * i] - m[o[1] + st[1] * i];
+            v[o[1] + st[1] * i] += d * d;
+          }
+        });
   }
   allReduce(ctx, keep, var, Combine::Sum);
   float eps = normEps(ctx.op);
@@ -112,12 +132,19 @@ void normForward(KernelCtx &ctx) {
     Task &t = ctx.tasks[k];
     for (float &v : var[k].data)
       v = 1 / std::sqrt(v * inv + eps);
-    iter(t, var[k]).run(t.loops, [&](const int64_t *o) {
-      float xhat =
-          (t.in[0].data[o[0]] - mean[k].data[o[1]]) * var[k].data[o[1]];
-      float y = xhat * t.in[1].data[o[3]];
-      t.out[0].data[o[2]] = hasBias ? y + t.in[2].data[o[4]] : y;
-    });
+    const float *x = t.in[0].data.data(), *m = mean[k].data.data(),
+                *r = var[k].data.data(), *sc = t.in[1].data.data();
+    const float *b = hasBias ? t.in[2].data.data() : nullptr;
+    float *y = t.out[0].data.data();
+    iter(t, var[k]).runRows(
+        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            int64_t ro = o[1] + st[1] * i;
+            float xhat = (x[o[0] + st[0] * i] - m[ro]) * r[ro];
+            float v = xhat * sc[o[3] + st[3] * i];
+            y[o[2] + st[2] * i] = b ? v + b[o[4] + st[4] * i] : v;
+          }
+        });
     t.saved = {std::move(mean[k]), std::move(var[k])};
   }
 }
@@ -142,29 +169,45 @@ void normBackward(KernelCtx &ctx) {
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
     const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
-    iter(t).run(t.loops, [&](const int64_t *o) {
-      float dy = t.gout[0].data[o[2]];
-      float xhat = (t.in[0].data[o[0]] - mean[o[1]]) * rstd[o[1]];
-      float g = dy * t.in[1].data[o[3]];
-      s1[k].data[o[1]] += g;
-      s2[k].data[o[1]] += g * xhat;
-      t.gin[1].data[o[3]] += dy * xhat;
-      if (hasBias)
-        t.gin[2].data[o[4]] += dy;
-    });
+    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data(),
+                *sc = t.in[1].data.data();
+    float *a1 = s1[k].data.data(), *a2 = s2[k].data.data();
+    float *dsc = t.gin[1].data.data();
+    float *db = hasBias ? t.gin[2].data.data() : nullptr;
+    iter(t).runRows(
+        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            int64_t ro = o[1] + st[1] * i, so = o[3] + st[3] * i;
+            float d = dy[o[2] + st[2] * i];
+            float xhat = (x[o[0] + st[0] * i] - mean[ro]) * rstd[ro];
+            float g = d * sc[so];
+            a1[ro] += g;
+            a2[ro] += g * xhat;
+            dsc[so] += d * xhat;
+            if (db)
+              db[o[4] + st[4] * i] += d;
+          }
+        });
   }
   allReduce(ctx, keep, s1, Combine::Sum);
   allReduce(ctx, keep, s2, Combine::Sum);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
     const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
-    iter(t).run(t.loops, [&](const int64_t *o) {
-      float dy = t.gout[0].data[o[2]];
-      float xhat = (t.in[0].data[o[0]] - mean[o[1]]) * rstd[o[1]];
-      float g = dy * t.in[1].data[o[3]];
-      t.gin[0].data[o[0]] += rstd[o[1]] * (g - s1[k].data[o[1]] * inv -
-                                           xhat * s2[k].data[o[1]] * inv);
-    });
+    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data(),
+                *sc = t.in[1].data.data();
+    const float *a1 = s1[k].data.data(), *a2 = s2[k].data.data();
+    float *dx = t.gin[0].data.data();
+    iter(t).runRows(
+        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            int64_t ro = o[1] + st[1] * i;
+            float xhat = (x[o[0] + st[0] * i] - mean[ro]) * rstd[ro];
+            float g = dy[o[2] + st[2] * i] * sc[o[3] + st[3] * i];
+            dx[o[0] + st[0] * i] +=
+                rstd[ro] * (g - a1[ro] * inv - xhat * a2[ro] * inv);
+          }
+        });
   }
 }
 

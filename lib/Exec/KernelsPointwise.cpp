@@ -201,17 +201,65 @@ std::vector<Operand> operands(const Op &op, const Task &t) {
   return ops;
 }
 
+/// y = op(x0[, x1]) along a row of unit steps (or 0 where broadcast).
+template <class Op>
+void unitRow(float *y, const float *x0, int64_t s0, const float *x1, int64_t s1,
+             int64_t n, Op op) {
+  if (s0 == 1 && s1 == 1)
+    for (int64_t k = 0; k < n; ++k)
+      y[k] = op(x0[k], x1[k]);
+  else
+    for (int64_t k = 0; k < n; ++k)
+      y[k] = op(x0[k * s0], x1[k * s1]);
+}
+
+/// The common functions as tight loops over a row whose output steps by
+/// one; false for the others (the caller's generic loop).
+bool fastForward(Fn fn, float *y, const float *const *x, const int64_t *st,
+                 int64_t n) {
+  switch (fn) {
+  case Fn::Add:
+    unitRow(y, x[0], st[1], x[1], st[2], n,
+            [](float a, float b) { return a + b; });
+    return true;
+  case Fn::Sub:
+    unitRow(y, x[0], st[1], x[1], st[2], n,
+            [](float a, float b) { return a - b; });
+    return true;
+  case Fn::Mul:
+    unitRow(y, x[0], st[1], x[1], st[2], n,
+            [](float a, float b) { return a * b; });
+    return true;
+  case Fn::Relu:
+    unitRow(y, x[0], st[1], x[0], st[1], n,
+            [](float a, float) { return a > 0 ? a : 0.0f; });
+    return true;
+  default:
+    return false;
+  }
+}
+
 void eltForward(KernelCtx &ctx) {
   Params p = params(ctx.graph, ctx.op);
   size_t n = numData(ctx.op);
+  bool fastFn = n <= 2 && (p.fn == Fn::Add || p.fn == Fn::Sub ||
+                           p.fn == Fn::Mul || p.fn == Fn::Relu);
   for (Task &t : ctx.tasks) {
     PointIter it(ctx.op.sem, operands(ctx.op, t));
     float *y = t.out[0].data.data();
     float x[3] = {0, 0, 0};
-    it.run(t.loops, [&](const int64_t *o) {
-      for (size_t i = 0; i < n; ++i)
-        x[i] = t.in[i].data[o[1 + i]];
-      y[o[0]] = apply(p, x);
+    it.runRows(t.loops, [&](const int64_t *o, const int64_t *st, int64_t cnt) {
+      if (fastFn && st[0] == 1) {
+        const float *xp[2] = {t.in[0].data.data() + o[1],
+                              n > 1 ? t.in[1].data.data() + o[2] : nullptr};
+        if (fastForward(p.fn, y + o[0], xp, st, cnt))
+          return;
+      }
+      for (int64_t k = 0; k < cnt; ++k) {
+        for (size_t i = 0; i < n; ++i)
+          x[i] = t.in[i].data[o[1 + i] + st[1 + i] * k];
+        y[o[0] + st[0] * k] = apply(p, x);
+      }
     });
   }
 }
@@ -223,12 +271,41 @@ void eltBackward(KernelCtx &ctx) {
     PointIter it(ctx.op.sem, operands(ctx.op, t));
     const float *y = t.out[0].data.data(), *dy = t.gout[0].data.data();
     float x[3] = {0, 0, 0};
-    it.run(t.loops, [&](const int64_t *o) {
-      for (size_t i = 0; i < n; ++i)
-        x[i] = t.in[i].data[o[1 + i]];
-      for (size_t i = 0; i < n; ++i)
-        if (!t.gin[i].data.empty())
-          t.gin[i].data[o[1 + i]] += partial(p, x, y[o[0]], i) * dy[o[0]];
+    bool want[3] = {false, false, false};
+    for (size_t i = 0; i < n; ++i)
+      want[i] = !t.gin[i].data.empty();
+    it.runRows(t.loops, [&](const int64_t *o, const int64_t *st, int64_t cnt) {
+      // The common cases as tight loops: gradients of sums pass dy
+      // through (accumulating over a broadcast input's zero step), and a
+      // Relu passes it where its output is positive.
+      if (st[0] == 1 && (p.fn == Fn::Add || p.fn == Fn::Sub)) {
+        for (size_t i = 0; i < n; ++i) {
+          if (!want[i])
+            continue;
+          float sign = p.fn == Fn::Sub && i == 1 ? -1.0f : 1.0f;
+          float *g = t.gin[i].data.data() + o[1 + i];
+          int64_t s = st[1 + i];
+          for (int64_t k = 0; k < cnt; ++k)
+            g[k * s] += sign * dy[o[0] + k];
+        }
+        return;
+      }
+      if (st[0] == 1 && st[1] == 1 && p.fn == Fn::Relu && want[0]) {
+        float *g = t.gin[0].data.data() + o[1];
+        const float *yo = y + o[0], *d = dy + o[0];
+        for (int64_t k = 0; k < cnt; ++k)
+          g[k] += yo[k] > 0 ? d[k] : 0.0f;
+        return;
+      }
+      for (int64_t k = 0; k < cnt; ++k) {
+        int64_t yo = o[0] + st[0] * k;
+        for (size_t i = 0; i < n; ++i)
+          x[i] = t.in[i].data[o[1 + i] + st[1 + i] * k];
+        for (size_t i = 0; i < n; ++i)
+          if (want[i])
+            t.gin[i].data[o[1 + i] + st[1 + i] * k] +=
+                partial(p, x, y[yo], i) * dy[yo];
+      }
     });
   }
 }

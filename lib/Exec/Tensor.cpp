@@ -25,7 +25,18 @@ void forEachRun(const Box &region, const Box &a, const Box &b, F f) {
   }
   std::vector<int64_t> sa = boxStrides(a), sb = boxStrides(b);
   std::vector<int64_t> i = region.lo;
-  int64_t run = region.hi[r - 1] - region.lo[r - 1];
+  // Trailing dims that the region and both boxes hold whole merge into
+  // one run.
+  size_t k = r - 1;
+  int64_t run = region.hi[k] - region.lo[k];
+  auto whole = [&](size_t d) {
+    return region.lo[d] == a.lo[d] && region.hi[d] == a.hi[d] &&
+           region.lo[d] == b.lo[d] && region.hi[d] == b.hi[d];
+  };
+  while (k > 0 && whole(k)) {
+    --k;
+    run *= region.hi[k] - region.lo[k];
+  }
   for (;;) {
     int64_t oa = 0, ob = 0;
     for (size_t d = 0; d < r; ++d) {
@@ -33,7 +44,7 @@ void forEachRun(const Box &region, const Box &a, const Box &b, F f) {
       ob += (i[d] - b.lo[d]) * sb[d];
     }
     f(oa, ob, run);
-    size_t d = r - 1;
+    size_t d = k;
     for (;;) {
       if (d == 0)
         return;

@@ -68,6 +68,47 @@ void forEachIndex(const Box &box, const std::vector<int64_t> &shape, F f) {
   }
 }
 
+/// Calls f(flatIndexInTensor, offsetInBox, n) for runs of n consecutive
+/// points of `box` that are consecutive in the tensor too.
+template <class F>
+void forEachIndexRun(const Box &box, const std::vector<int64_t> &shape, F f) {
+  if (box.empty())
+    return;
+  size_t r = box.rank();
+  if (r == 0) {
+    f(int64_t(0), int64_t(0), int64_t(1));
+    return;
+  }
+  // Trailing dims the box covers whole merge into the run.
+  size_t k = r - 1;
+  int64_t run = box.hi[k] - box.lo[k];
+  while (k > 0 && box.lo[k] == 0 && box.hi[k] == shape[k]) {
+    --k;
+    run *= box.hi[k] - box.lo[k];
+  }
+  std::vector<int64_t> tstr(r, 1);
+  for (size_t d = r; d-- > 1;)
+    tstr[d - 1] = tstr[d] * shape[d];
+  std::vector<int64_t> i = box.lo;
+  int64_t off = 0;
+  for (;;) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < r; ++d)
+      flat += i[d] * tstr[d];
+    f(flat, off, run);
+    off += run;
+    size_t d = k;
+    for (;;) {
+      if (d == 0)
+        return;
+      --d;
+      if (++i[d] < box.hi[d])
+        break;
+      i[d] = box.lo[d];
+    }
+  }
+}
+
 /// An operand of the point iterator: a tensor map and the box its buffer
 /// holds. The map's dims must be affine (no `full` dims).
 struct Operand {
@@ -90,6 +131,21 @@ public:
   PointIter(const OpSemantics &sem, const std::vector<Operand> &ops);
 
   template <class F> void run(const Box &tile, F f) {
+    std::vector<int64_t> offs(ops_.size());
+    runRows(tile, [&](const int64_t *base, const int64_t *step, int64_t n) {
+      for (int64_t t = 0; t < n; ++t) {
+        for (size_t o = 0; o < offs.size(); ++o)
+          offs[o] = base[o] + step[o] * t;
+        f(offs.data());
+      }
+    });
+  }
+
+  /// Walks the same points as run() a row of the last loop at a time:
+  /// f(base, step, n) where operand o's offset at the row's t-th point is
+  /// base[o] + step[o] * t. A row where some operand leaves its tensor
+  /// (padding) comes as rows of one point, with -1 for that operand.
+  template <class F> void runRows(const Box &tile, F f) {
     size_t L = tile.rank();
     if (tile.empty())
       return;
@@ -107,11 +163,11 @@ public:
         vals[o][d] = v;
       }
     }
-    std::vector<int64_t> offs(n);
+    std::vector<int64_t> offs(n), zero(n, 0);
     if (L == 0) {
       for (size_t o = 0; o < n; ++o)
         offs[o] = offsetAt(ops_[o], vals[o]);
-      f(offs.data());
+      f(offs.data(), zero.data(), int64_t(1));
       return;
     }
     // The last loop runs innermost as arithmetic progressions: per operand
@@ -121,13 +177,20 @@ public:
     std::vector<int64_t> base(n), step(n), tlo(n), thi(n);
     for (;;) {
       if (affine_) {
-        for (size_t o = 0; o < n; ++o)
+        bool whole = true;
+        for (size_t o = 0; o < n; ++o) {
           innerRange(ops_[o], vals[o], last, extent, base[o], step[o], tlo[o],
                      thi[o]);
-        for (int64_t t = 0; t < extent; ++t) {
-          for (size_t o = 0; o < n; ++o)
-            offs[o] = t >= tlo[o] && t < thi[o] ? base[o] + step[o] * t : -1;
-          f(offs.data());
+          whole &= tlo[o] == 0 && thi[o] == extent;
+        }
+        if (whole) {
+          f(base.data(), step.data(), extent);
+        } else {
+          for (int64_t t = 0; t < extent; ++t) {
+            for (size_t o = 0; o < n; ++o)
+              offs[o] = t >= tlo[o] && t < thi[o] ? base[o] + step[o] * t : -1;
+            f(offs.data(), zero.data(), int64_t(1));
+          }
         }
       } else {
         for (int64_t t = 0; t < extent; ++t) {
@@ -136,7 +199,7 @@ public:
             for (size_t d = 0; d < ops_[o].dims.size(); ++d)
               vals[o][d] += ops_[o].dims[d].coeff[last];
           }
-          f(offs.data());
+          f(offs.data(), zero.data(), int64_t(1));
         }
         for (size_t o = 0; o < n; ++o)
           for (size_t d = 0; d < ops_[o].dims.size(); ++d)
@@ -214,7 +277,10 @@ private:
       }
       // 0 <= v + c t <= size - 1
       int64_t a, b;
-      if (c > 0) {
+      if (c == 1) {
+        a = -v[d];
+        b = dm.size - 1 - v[d];
+      } else if (c > 0) {
         a = -floorDivI(v[d], c); // ceil(-v / c)
         b = floorDivI(dm.size - 1 - v[d], c);
       } else {

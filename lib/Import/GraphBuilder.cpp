@@ -64,6 +64,10 @@ private:
                : n.domain() + "." + n.op_type();
   }
   bool isAlias(int i) const;
+  ValueKind classifyUse(
+      const std::string &name, bool bigEnough, const std::vector<IrNode> &nodes,
+      const std::map<std::string, std::vector<std::pair<size_t, int>>> &readers)
+      const;
   llvm::Error markLive(std::vector<bool> &live);
   llvm::Expected<IrNode> convert(int i);
   llvm::Expected<ValueId> valueFor(const std::string &name);
@@ -71,6 +75,52 @@ private:
   llvm::Expected<ValueId> addChecked(Value v, int32_t elemType);
   llvm::Error appendLoss();
 };
+
+/// Ops that only move or convert their first operand's elements (and, for
+/// Concat, every operand's): a weight read through them is still a weight.
+bool passesValuesThrough(const std::string &kind, int slot) {
+  static const std::set<std::string> dataOps = {
+      "Transpose", "Reshape",  "Flatten", "Squeeze", "Unsqueeze", "Expand",
+      "Cast",      "Identity", "Split",   "Slice",   "Tile",      "Pad"};
+  return kind == "Concat" || (slot == 0 && dataOps.count(kind));
+}
+
+/// How initializer `name` is used: Weight when some op reads it, directly
+/// or through ops that pass values through, in a weight slot (or, for
+/// `bigEnough` tensors, in any slot of an op whose operands are all
+/// weights); State when read in a state slot; Constant otherwise.
+ValueKind Builder::classifyUse(
+    const std::string &name, bool bigEnough, const std::vector<IrNode> &nodes,
+    const std::map<std::string, std::vector<std::pair<size_t, int>>> &readers)
+    const {
+  ValueKind kind = ValueKind::Constant;
+  std::vector<std::string> work = {name};
+  std::set<std::string> seen = {name};
+  while (!work.empty()) {
+    std::string v = std::move(work.back());
+    work.pop_back();
+    auto it = readers.find(v);
+    if (it == readers.end())
+      continue;
+    bool direct = v == name;
+    for (auto [j, k] : it->second) {
+      const IrNode &ir = nodes[j];
+      auto slot = [&](const std::vector<int> &slots) {
+        return std::find(slots.begin(), slots.end(), k) != slots.end();
+      };
+      if (slot(ir.info->weightSlots) ||
+          (ir.info->anyOperandIsWeight && bigEnough))
+        return ValueKind::Weight;
+      if (direct && slot(ir.info->stateSlots))
+        kind = ValueKind::State;
+      if (passesValuesThrough(ir.kind, k))
+        for (const std::string &out : ir.outputs)
+          if (!out.empty() && seen.insert(out).second)
+            work.push_back(out);
+    }
+  }
+  return kind;
+}
 
 bool Builder::isAlias(int i) const {
   const onnx::NodeProto &n = g_.node(i);
@@ -185,6 +235,10 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     v.hasData = protoHasData(t);
     auto k = constKind_.find(name);
     v.kind = k == constKind_.end() ? ValueKind::Constant : k->second;
+    // Every dim of a weight indexes parameters, also where the weight is
+    // read through a shape op (Transpose(W) before a MatMul).
+    if (v.kind == ValueKind::Weight)
+      v.dimClasses.assign(v.shape.rank(), DimClass::Parameter);
     if (v.kind == ValueKind::Constant && v.hasData) {
       auto ct = constFromProto(t, kMaxKeptData);
       if (!ct)
@@ -266,25 +320,25 @@ llvm::Expected<std::unique_ptr<Graph>> Builder::run() {
   }
   // Initializer kinds from how the registry says their consumers use them.
   std::set<std::string> weights, states;
-  for (const IrNode &ir : nodes)
-    for (size_t k = 0; k < ir.inputs.size(); ++k) {
-      const std::string &name = ir.inputs[k];
-      auto init = s_.initializers.find(name);
-      if (name.empty() || init == s_.initializers.end())
-        continue;
-      const onnx::TensorProto &t = g_.initializer(init->second);
-      if (!isFloatElemType(t.data_type()))
-        continue;
-      auto slot = [&](const std::vector<int> &slots) {
-        return std::find(slots.begin(), slots.end(), int(k)) != slots.end();
-      };
-      auto n = elementCount({t.dims().data(), size_t(t.dims_size())});
-      if (slot(ir.info->weightSlots) ||
-          (ir.info->anyOperandIsWeight && n && *n > 1))
-        weights.insert(name);
-      else if (slot(ir.info->stateSlots))
-        states.insert(name);
-    }
+  std::map<std::string, std::vector<std::pair<size_t, int>>> readers;
+  for (size_t j = 0; j < nodes.size(); ++j)
+    for (size_t k = 0; k < nodes[j].inputs.size(); ++k)
+      if (!nodes[j].inputs[k].empty())
+        readers[nodes[j].inputs[k]].push_back({j, static_cast<int>(k)});
+  for (const auto &[name, index] : s_.initializers) {
+    const onnx::TensorProto &t = g_.initializer(index);
+    if (!isFloatElemType(t.data_type()))
+      continue;
+    auto n = elementCount({t.dims().data(), size_t(t.dims_size())});
+    // Follow the values through shape and type ops (Transpose, Expand,
+    // Concat, ... : a class token expanded and concatenated, a weight
+    // transposed before a MatMul) to the ops that compute with them.
+    auto use = classifyUse(name, n && *n > 1, nodes, readers);
+    if (use == ValueKind::Weight)
+      weights.insert(name);
+    else if (use == ValueKind::State)
+      states.insert(name);
+  }
   for (const std::string &w : states)
     constKind_[w] = ValueKind::State;
   for (const std::string &w : weights) // a weight anywhere is a weight

@@ -344,6 +344,51 @@ TEST_CASE("import: weights, state and constants", "[import]") {
   CHECK(g->value(bnOp.outputs[1]).shape.dims == std::vector<int64_t>{4});
 }
 
+TEST_CASE("import: a weight is a weight wherever it flows", "[import]") {
+  // ViT's class token: Expand to the batch, Concat with the patches; a
+  // position table added; a weight transposed before its MatMul; a scalar
+  // expanded (a constant, as before). Each weight counts once.
+  TempDir dir;
+  Model m;
+  m.input("x", {"N", "4", "8"});
+  m.weight("cls", {1, 1, 8});
+  m.node("Shape", {"x"}, {"x_shape"}, "shape");
+  m.ints("zero", {1}, {0});
+  setInt(m.node("Gather", {"x_shape", "zero"}, {"n"}, "batch"), "axis", 0);
+  m.ints("rest", {2}, {1, 8});
+  setInt(m.node("Concat", {"n", "rest"}, {"cls_shape"}, "cls_shape"), "axis",
+         0);
+  m.node("Expand", {"cls", "cls_shape"}, {"cls_n"}, "expand");
+  setInt(m.node("Concat", {"cls_n", "x"}, {"tokens"}, "concat"), "axis", 1);
+  m.weight("pos", {5, 8});
+  m.node("Add", {"tokens", "pos"}, {"h"}, "add");
+  m.weight("w", {6, 8});
+  setInts(m.node("Transpose", {"w"}, {"wt"}, "transpose"), "perm", {1, 0});
+  m.node("MatMul", {"h", "wt"}, {"y0"}, "matmul");
+  m.weight("two", {}, {2.0f});
+  m.ints("one_shape", {1}, {1});
+  m.node("Expand", {"two", "one_shape"}, {"two_1"}, "expand_scalar");
+  m.node("Mul", {"y0", "two_1"}, {"y"}, "mul");
+  m.output("y");
+  auto g = importOk(m.save(dir));
+  auto kindOf = [&](const char *name) {
+    return g->value(g->findValue(name)).kind;
+  };
+  CHECK(kindOf("cls") == ValueKind::Weight);
+  CHECK(kindOf("pos") == ValueKind::Weight);
+  CHECK(kindOf("w") == ValueKind::Weight);
+  CHECK(kindOf("two") == ValueKind::Constant);
+  CHECK(g->parameterCount() == 8 + 40 + 48);
+  // The transposed weight's dims index parameters, and so does the MatMul's
+  // n loop that reads it.
+  const Op &mm = opNamed(*g, "matmul");
+  bool nIsParameter = false;
+  for (const LoopDim &l : mm.sem.loops)
+    if (l.name == "n")
+      nIsParameter = l.cls == DimClass::Parameter;
+  CHECK(nIsParameter);
+}
+
 TEST_CASE("import: operand conventions", "[import]") {
   TempDir dir;
   Model m;

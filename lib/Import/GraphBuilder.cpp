@@ -103,8 +103,9 @@ ValueKind Builder::classifyUse(
     if (it == readers.end())
       continue;
     bool direct = v == name;
-    for (auto [j, k] : it->second) {
-      const IrNode &ir = nodes[j];
+    for (const auto &reader : it->second) {
+      const IrNode &ir = nodes[reader.first];
+      int k = reader.second;
       auto slot = [&](const std::vector<int> &slots) {
         return std::find(slots.begin(), slots.end(), k) != slots.end();
       };

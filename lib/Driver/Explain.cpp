@@ -31,6 +31,8 @@ static std::string commKind(const Task &t) {
     return "weight gradients";
   case CollectiveRole::Exchange:
     return "recurrent state";
+  case CollectiveRole::WeightGather:
+    return "weights (ZeRO all-gather)";
   }
   return "";
 }

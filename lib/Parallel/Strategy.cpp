@@ -297,6 +297,67 @@ std::vector<uint8_t> recomputePolicy(const Graph &g, bool full) {
   return r;
 }
 
+int weightZeroStage(const Graph &g, const Strategy &s, ValueId w) {
+  int stage = 0;
+  if (!s.zero.empty())
+    for (OpId u : g.value(w).users)
+      stage = std::max(stage, s.zeroStage(u));
+  return stage;
+}
+
+bool hasDataParallelGroup(const Graph &g, const Strategy &s, OpId o) {
+  const Op &op = g.op(o);
+  for (int i : op.sem.weightInputs) {
+    ValueId w = op.inputs[size_t(i)];
+    // Every shard of the weight, over all its users; one of o's shards
+    // overlapping a shard on another device makes a group.
+    std::vector<std::pair<Box, DeviceId>> all, mine;
+    for (OpId u : g.value(w).users) {
+      const Op &uo = g.op(u);
+      const OpConfig &c = s.configs[size_t(u)];
+      for (size_t j = 0; j < uo.inputs.size(); ++j) {
+        if (uo.inputs[j] != w)
+          continue;
+        for (int64_t k = 0; k < c.numTiles(); ++k) {
+          Box b = uo.sem.inputRegion(int(j), c.tile(uo.sem, k));
+          for (int32_t r = 0; r < c.replicas; ++r) {
+            all.emplace_back(b, c.device(k, r));
+            if (u == o)
+              mine.emplace_back(b, c.device(k, r));
+          }
+        }
+      }
+    }
+    for (const auto &[b, d] : mine)
+      for (const auto &[b2, d2] : all)
+        if (d2 != d && !b.intersect(b2).empty())
+          return true;
+  }
+  return false;
+}
+
+void dropIdleZero(const Graph &g, Strategy &s) {
+  if (s.zero.empty())
+    return;
+  bool any = false;
+  for (const Op &op : g.ops()) {
+    uint8_t &z = s.zero[size_t(op.id)];
+    if (z && !hasDataParallelGroup(g, s, op.id))
+      z = 0;
+    any |= z != 0;
+  }
+  if (!any)
+    s.zero.clear();
+}
+
+std::vector<uint8_t> zeroPolicy(const Graph &g, const Strategy &s, int stage) {
+  std::vector<uint8_t> z(g.numOps(), 0);
+  for (const Op &op : g.ops())
+    if (hasDataParallelGroup(g, s, op.id))
+      z[size_t(op.id)] = uint8_t(stage);
+  return z;
+}
+
 llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                            const Topology &topo) {
   if (!s.recompute.empty()) {
@@ -309,6 +370,20 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
         return inputError("{}: recomputed, but it saves nothing for "
                           "backward",
                           g.where(o.id));
+  }
+  if (!s.zero.empty()) {
+    if (s.zero.size() != g.numOps())
+      return inputError("{}: the strategy gives {} ops a ZeRO stage, the "
+                        "graph has {}",
+                        g.sourcePath, s.zero.size(), g.numOps());
+    for (const Op &o : g.ops()) {
+      if (s.zeroStage(o.id) > 3)
+        return inputError("{}: ZeRO stage {}; the stages are 0 to 3",
+                          g.where(o.id), s.zeroStage(o.id));
+      if (s.zeroStage(o.id) && o.sem.weightInputs.empty())
+        return inputError("{}: ZeRO stage {}, but the op has no weights",
+                          g.where(o.id), s.zeroStage(o.id));
+    }
   }
   if (s.configs.size() != g.numOps())
     return inputError("{}: the strategy configures {} ops, the graph has {}",

@@ -33,7 +33,7 @@ bool PlanFigures::operator==(const PlanFigures &o) const {
 bool PlanOp::operator==(const PlanOp &o) const {
   return name == o.name && kind == o.kind && loops == o.loops &&
          replicas == o.replicas && devices == o.devices && stage == o.stage &&
-         recompute == o.recompute;
+         recompute == o.recompute && zero == o.zero;
 }
 
 bool Plan::operator==(const Plan &o) const {
@@ -88,6 +88,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
     po.devices = c.devices;
     po.stage = s.pipeline.stage(op.id);
     po.recompute = s.recomputes(op.id);
+    po.zero = s.zeroStage(op.id);
     p.ops.push_back(std::move(po));
   }
   return p;
@@ -141,6 +142,8 @@ Json planToJson(const Plan &p) {
                {"stage", po.stage}};
     if (po.recompute)
       jo["recompute"] = true;
+    if (po.zero)
+      jo["zero"] = po.zero;
     ops.push_back(std::move(jo));
   }
   j["ops"] = std::move(ops);
@@ -377,9 +380,9 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
                                            llvm::StringRef ptr) const {
   if (!o.is_object())
     return r_.error(ptr, "expected an object");
-  if (auto err = knownKeys(
-          o, ptr,
-          {"op", "kind", "loops", "replicas", "devices", "stage", "recompute"}))
+  if (auto err = knownKeys(o, ptr,
+                           {"op", "kind", "loops", "replicas", "devices",
+                            "stage", "recompute", "zero"}))
     return err;
   PlanOp po;
   SOAP_PLAN_TRY(name, r_.string(o, ptr, "op"));
@@ -408,6 +411,10 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
     if (o.contains("recompute")) {
       SOAP_PLAN_TRY(rc, boolean(o, ptr, "recompute"));
       po.recompute = rc;
+    }
+    if (o.contains("zero")) {
+      SOAP_PLAN_TRY(z, integerIn(o.at("zero"), jsonPointer(ptr, "zero"), 0, 3));
+      po.zero = static_cast<int32_t>(z);
     }
   }
   SOAP_PLAN_TRY(devices, r_.array(o, ptr, "devices"));

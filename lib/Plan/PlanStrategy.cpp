@@ -65,6 +65,18 @@ void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
         s.recompute[size_t(id)] = po.recompute;
     }
   }
+  s.zero.clear();
+  bool anyZero = false;
+  for (const PlanOp &po : p.ops)
+    anyZero |= po.zero != 0;
+  if (anyZero) {
+    s.zero.assign(g.numOps(), 0);
+    for (const PlanOp &po : p.ops) {
+      OpId id = g.findOp(po.name);
+      if (id >= 0)
+        s.zero[size_t(id)] = uint8_t(po.zero);
+    }
+  }
   s.pipeline = Pipeline();
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;
@@ -132,6 +144,12 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
                         planPath.str(),
                         jsonPointer(jsonPointer("/ops", i), "recompute"),
                         p.ops[i].name);
+    if (p.ops[i].zero && g.op(id).sem.weightInputs.empty())
+      return inputError("{}: {}: op '{}' has ZeRO stage {}, but it has no "
+                        "weights",
+                        planPath.str(),
+                        jsonPointer(jsonPointer("/ops", i), "zero"),
+                        p.ops[i].name, p.ops[i].zero);
   }
   return s;
 }
@@ -198,6 +216,18 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
         add(fmt::format("op '{}' ({}) is recomputed, but it saves nothing "
                         "for backward",
                         op.name, op.kind));
+    for (const Op &op : g.ops()) {
+      int z = whole.zeroStage(op.id);
+      if (z && op.sem.weightInputs.empty())
+        add(fmt::format("op '{}' ({}) has ZeRO stage {}, but it has no "
+                        "weights",
+                        op.name, op.kind, z));
+      else if (z && !hasDataParallelGroup(g, whole, op.id))
+        add(fmt::format("op '{}' ({}) has ZeRO stage {}, but no "
+                        "data-parallel group: no device shares its weight "
+                        "shards",
+                        op.name, op.kind, z));
+    }
   }
 
   if (resimulated && !resimulated->fits) {

@@ -97,28 +97,17 @@ public:
           lastError = errorMessage(s.takeError());
           continue;
         }
-        auto e = evaluate(p, *s);
-        if (!e)
-          return e.takeError();
-        ++tried_;
-        // Megatron's --recompute-activations, then full recomputation,
-        // when the shape does not fit as it is.
-        const char *recompute = "";
-        for (bool full : {false, true}) {
-          if (e->second)
-            break;
-          s->recompute = recomputePolicy(p.graph, full);
-          e = evaluate(p, *s);
-          if (!e)
-            return e.takeError();
-          ++tried_;
-          recompute = full ? ", full recomputation"
-                           : ", selective "
-                             "recomputation";
-        }
+        // Megatron's distributed optimizer (ZeRO-1), then its selective and
+        // full recomputation, when the shape does not fit as it is.
+        uint64_t n = 0;
+        auto fit = fitWithLadder(p, *s, memoryLadder(true), n);
+        if (!fit)
+          return fit.takeError();
+        tried_ += n;
+        auto e = &fit->first;
         spdlog::info("megatron: t={} p={} m={}{}: {:.3f} ms{}", t, stages,
-                     s->pipeline.microBatches, recompute, e->first * 1e3,
-                     e->second ? "" : " (does not fit)");
+                     s->pipeline.microBatches, fit->second.str(),
+                     e->first * 1e3, e->second ? "" : " (does not fit)");
         if (e->second && (!best || e->first < best->iterationTime)) {
           best = SearchResult();
           best->strategy = std::move(*s);

@@ -103,6 +103,9 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
                      "searcher '{}' returned an invalid "
                      "strategy: {}",
                      searcher.str(), errorMessage(std::move(err)));
+  // A ZeRO stage on an op whose weights no other device holds means
+  // nothing; the plan leaves it out.
+  dropIdleZero(p.graph, out.result.strategy);
   auto m = strategyMetrics(p, out.result.strategy);
   if (!m)
     return m.takeError();

@@ -151,14 +151,21 @@ public:
       // by one op or doubles or halves the micro-batches, simulated in
       // full (the task graph's shape changes).
       const Strategy &curS = tg->strategy();
-      bool piped = curS.pipeline.active(),
-           recomputing = !curS.recompute.empty();
-      if ((piped || recomputing) && rng.uniform(8) == 0) {
-        // A pipeline move, or one op's recomputation switched.
-        std::optional<Strategy> moved =
-            piped && (!recomputing || rng.uniform(2) == 0)
-                ? pipelineMove(curS, rng)
-                : recomputeFlip(curS, rng);
+      // The structural moves this chain makes: pipeline moves under a
+      // pipeline, recomputation and ZeRO switches once it uses them.
+      std::optional<Strategy> (Chain::*moves[3])(const Strategy &, Rng &) const;
+      size_t numMoves = 0;
+      if (curS.pipeline.active())
+        moves[numMoves++] = &Chain::pipelineMove;
+      if (!curS.recompute.empty())
+        moves[numMoves++] = &Chain::recomputeFlip;
+      if (!curS.zero.empty())
+        moves[numMoves++] = &Chain::zeroFlip;
+      if (numMoves && rng.uniform(8) == 0) {
+        // A pipeline move, or one op's recomputation or ZeRO stage
+        // switched.
+        auto move = moves[numMoves == 1 ? 0 : rng.uniform(numMoves)];
+        std::optional<Strategy> moved = (this->*move)(curS, rng);
         if (!moved)
           continue;
         ++r.proposals;
@@ -279,6 +286,23 @@ private:
     return std::nullopt;
   }
 
+  /// One op with a data-parallel group given another ZeRO stage.
+  std::optional<Strategy> zeroFlip(const Strategy &cur, Rng &rng) const {
+    Strategy s = cur;
+    const Graph &g = p_.graph;
+    if (s.zero.empty())
+      s.zero.assign(g.numOps(), 0);
+    for (int tries = 0; tries < 8; ++tries) {
+      OpId o = OpId(rng.uniform(g.numOps()));
+      if (g.op(o).sem.weightInputs.empty() || !hasDataParallelGroup(g, s, o))
+        continue;
+      uint8_t &z = s.zero[size_t(o)];
+      z = uint8_t((z + 1 + rng.uniform(3)) % 4);
+      return s;
+    }
+    return std::nullopt;
+  }
+
   /// A stage boundary moved by one op (the op's configuration moved to the
   /// other stage's devices), or m doubled or halved.
   std::optional<Strategy> pipelineMove(const Strategy &cur, Rng &rng) const {
@@ -379,13 +403,19 @@ public:
         return e.takeError();
       rank.push_back({{!e->second, e->first}, c});
       // Data parallelism that does not fit: also start from it with
-      // selective and with full activation recomputation.
-      if (c == 0 && !e->second)
-        for (bool full : {false, true}) {
+      // selective and with full activation recomputation, with ZeRO-1
+      // and -3 (FSDP), and with ZeRO-3 and selective recomputation.
+      if (c == 0 && !e->second) {
+        using R = MemorySaving::Recompute;
+        for (MemorySaving m :
+             {MemorySaving{0, R::Selective}, MemorySaving{0, R::Full},
+              MemorySaving{1, R::None}, MemorySaving{3, R::None},
+              MemorySaving{3, R::Selective}}) {
           Strategy r = initial[0];
-          r.recompute = recomputePolicy(g, full);
+          m.apply(g, r);
           initial.push_back(std::move(r));
         }
+      }
     }
     std::stable_sort(rank.begin(), rank.end());
     std::vector<Strategy> ordered;

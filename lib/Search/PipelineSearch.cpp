@@ -172,27 +172,14 @@ public:
             llvm::consumeError(std::move(err)); // m does not divide
             continue;
           }
-          auto e = evaluate(p, s);
-          if (!e)
-            return e.takeError();
-          ++simulated;
-          // What does not fit is tried again with selective, then full
-          // activation recomputation.
-          const char *recompute = "";
-          for (bool full : {false, true}) {
-            if (e->second)
-              break;
-            s.recompute = recomputePolicy(p.graph, full);
-            e = evaluate(p, s);
-            if (!e)
-              return e.takeError();
-            ++simulated;
-            recompute =
-                full ? ", full recomputation" : ", selective recomputation";
-          }
+          // What does not fit is tried again with ZeRO and recomputation.
+          auto fit = fitWithLadder(p, s, memoryLadder(), simulated);
+          if (!fit)
+            return fit.takeError();
+          auto e = &fit->first;
           spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms{}",
-                       stages, group, plan.name, m, recompute, e->first * 1e3,
-                       e->second ? "" : " (does not fit)");
+                       stages, group, plan.name, m, fit->second.str(),
+                       e->first * 1e3, e->second ? "" : " (does not fit)");
           if (o.progress && best)
             o.progress({best->iterationTime, simulated, 0, 0});
           if (e->second && (!best || e->first < best->iterationTime)) {

@@ -122,6 +122,84 @@ llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
   return std::make_pair(t, tg->fits());
 }
 
+std::string MemorySaving::str() const {
+  std::string out;
+  if (zero)
+    out += fmt::format(", ZeRO-{}", zero);
+  if (recompute == Selective)
+    out += ", selective recomputation";
+  else if (recompute == Full)
+    out += ", full recomputation";
+  return out;
+}
+
+void MemorySaving::apply(const Graph &g, Strategy &s) const {
+  s.zero.clear();
+  if (zero)
+    s.zero = zeroPolicy(g, s, zero);
+  s.recompute.clear();
+  if (recompute != None)
+    s.recompute = recomputePolicy(g, recompute == Full);
+}
+
+std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
+  using R = MemorySaving::Recompute;
+  if (megatronOnly)
+    return {{0, R::None}, {1, R::None}, {1, R::Selective}, {1, R::Full}};
+  return {{0, R::None},      {1, R::None},      {2, R::None},
+          {1, R::Selective}, {2, R::Selective}, {3, R::None},
+          {3, R::Selective}, {2, R::Full},      {3, R::Full}};
+}
+
+llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
+fitWithLadder(const SearchProblem &p, Strategy &s,
+              const std::vector<MemorySaving> &ladder, uint64_t &evaluated) {
+  std::pair<Seconds, bool> e{0, false};
+  MemorySaving used;
+  for (const MemorySaving &rung : ladder) {
+    rung.apply(p.graph, s);
+    auto r = evaluate(p, s);
+    if (!r)
+      return r.takeError();
+    ++evaluated;
+    e = *r;
+    used = rung;
+    if (e.second)
+      break;
+  }
+  return std::make_pair(e, used);
+}
+
+llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
+fitMicroBatches(const SearchProblem &p, Strategy &s,
+                const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
+                const SearchOptions &o) {
+  std::optional<std::pair<Seconds, MemorySaving>> best;
+  std::optional<Strategy> bestStrategy;
+  Strategy cur = s;
+  while (!o.pastDeadline()) {
+    auto fit = fitWithLadder(p, cur, ladder, evaluated);
+    if (!fit)
+      return fit.takeError();
+    auto [e, rung] = *fit;
+    if (e.second) {
+      if (best && e.first >= best->first)
+        break; // more micro-batches no longer pay
+      best.emplace(e.first, rung);
+      bestStrategy = cur;
+    }
+    // The next count, if every sample loop still divides.
+    cur.pipeline.microBatches *= 2;
+    if (llvm::Error err = verifyPipeline(cur, p.graph)) {
+      llvm::consumeError(std::move(err));
+      break;
+    }
+  }
+  if (bestStrategy)
+    s = std::move(*bestStrategy);
+  return best;
+}
+
 void registerBaselineSearchers(SearcherRegistry &r);
 void registerMcmcSearcher(SearcherRegistry &r);
 void registerExhaustiveSearcher(SearcherRegistry &r);

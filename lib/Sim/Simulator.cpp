@@ -343,9 +343,9 @@ SimMetrics Simulator::metrics() const {
     }
     case TaskKind::Collective: {
       // A ring all-reduce: each of n devices sends 2 (n - 1) / n of it;
-      // a ring all-gather half that.
-      m.collectiveBytes +=
-          (t.allGather ? 1 : 2) * (Bytes(t.groupSize) - 1) * t.bytes;
+      // a ring all-gather or reduce-scatter half that.
+      m.collectiveBytes += (t.comm == Collective::AllReduce ? 2 : 1) *
+                           (Bytes(t.groupSize) - 1) * t.bytes;
       break;
     }
     case TaskKind::Gate:

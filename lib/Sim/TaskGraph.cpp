@@ -414,6 +414,12 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
     }
   }
   tg.weights_.assign(weights.begin(), weights.end());
+  tg.weightedPos_.assign(g.numOps(), -1);
+  for (const Op &o : g.ops())
+    if (!o.sem.weightInputs.empty()) {
+      tg.weightedPos_[size_t(o.id)] = int32_t(tg.weighted_.size());
+      tg.weighted_.push_back(o.id);
+    }
   tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
   tg.workspaces_.assign(ctx.topo.numDevices(), {});
   for (const Op &o : g.ops())
@@ -451,9 +457,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     if (err)
       return err;
   }
-  std::set<ValueId> ws;
-  for (int i : op.sem.weightInputs)
-    ws.insert(op.inputs[i]);
+  std::set<ValueId> ws = weightsTouching(o);
   std::vector<TaskId> touched;
   predsChanged_.clear();
   size_t st = size_t(pipe.stage(o));
@@ -469,11 +473,8 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
       removeTask(t, touched, removedReady);
     edgeTasks_[e].clear();
   }
-  for (ValueId w : ws) {
-    for (TaskId t : weightTasks_[w])
-      removeTask(t, touched, removedReady);
-    weightTasks_[w].clear();
-  }
+  for (ValueId w : ws)
+    removeWeight(w, touched, removedReady);
   addOpMemory(o, -1);
   strategy_.configs[o] = c;
   addOpMemory(o, +1);
@@ -506,14 +507,10 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
 }
 
 std::vector<TaskId> TaskGraph::segmentTasks(OpId o) const {
-  const Op &op = ctx_->graph.op(o);
   std::vector<TaskId> ids = opTasks_[o].own;
   for (size_t e : edgesOfOp_[o])
     ids.insert(ids.end(), edgeTasks_[e].begin(), edgeTasks_[e].end());
-  std::set<ValueId> ws;
-  for (int i : op.sem.weightInputs)
-    ws.insert(op.inputs[i]);
-  for (ValueId w : ws) {
+  for (ValueId w : weightsTouching(o)) {
     auto it = weightTasks_.find(w);
     if (it != weightTasks_.end())
       ids.insert(ids.end(), it->second.begin(), it->second.end());
@@ -535,8 +532,8 @@ bool TaskGraph::fits() const {
 }
 
 /// Adds (sign +1) or removes (-1) what op `o`'s tiles hold on their
-/// devices: saved activations, workspace, and weight shards, each shard
-/// counted once per device however many ops or tiles use it.
+/// devices: saved activations and workspace (the weight shards, gradients
+/// and optimizer state are the weights' segments', buildWeight).
 void TaskGraph::addOpMemory(OpId o, int sign) {
   const Graph &g = ctx_->graph;
   const Op &op = g.op(o);
@@ -559,6 +556,12 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     // while its backward runs.
     if (strategy_.recomputes(o))
       ws += op.sem.savedBytes(mbTile, inT, outT);
+    // ZeRO-3: the weights gathered whole while the op runs, and the next
+    // weighted op's being prefetched (counted as twice the op's own).
+    for (int i : op.sem.weightInputs)
+      if (weightZeroStage(g, strategy_, op.inputs[size_t(i)]) == 3)
+        ws += 2 * op.sem.inputRegion(i, tile).volume() *
+              weightBytes(inT[size_t(i)], ctx_->optimizer).weight;
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
       DeviceMemory &m = mem_[d];
@@ -569,22 +572,6 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       else if (--wsm[ws] == 0)
         wsm.erase(ws);
       m.workspace = wsm.empty() ? 0 : wsm.rbegin()->first;
-      for (int i : op.sem.weightInputs) {
-        Box b = op.sem.inputRegion(i, tile);
-        std::vector<int64_t> bk = b.lo;
-        bk.insert(bk.end(), b.hi.begin(), b.hi.end());
-        int &refs = shardRefs_[{op.inputs[i], bk, d}];
-        bool change = sign > 0 ? refs++ == 0 : --refs == 0;
-        if (refs == 0)
-          shardRefs_.erase({op.inputs[i], bk, d});
-        if (!change)
-          continue;
-        WeightBytes per = weightBytes(inT[i], ctx_->optimizer);
-        Bytes n = sign * b.volume();
-        m.weights += n * per.weight;
-        m.gradients += n * per.gradient;
-        m.optimizer += n * per.optimizer;
-      }
     }
   }
 }

@@ -49,7 +49,7 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
   t.role = role;
   t.op = op;
   t.bytes = bytes * count;
-  t.allGather = kind == Collective::AllGather;
+  t.comm = kind;
   t.exe =
       static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
   t.groupSize = static_cast<uint32_t>(devs.size());
@@ -164,14 +164,74 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
   }
 }
 
+OpId TaskGraph::prefetchAnchor(OpId o, int dir) const {
+  int32_t pos = weightedPos_[size_t(o)];
+  int32_t a = pos + 2 * dir;
+  if (pos < 0 || a < 0 || a >= int32_t(weighted_.size()))
+    return -1;
+  OpId anchor = weighted_[size_t(a)];
+  const Pipeline &p = strategy_.pipeline;
+  return p.stage(anchor) == p.stage(o) ? anchor : -1;
+}
+
+std::set<ValueId> TaskGraph::weightsTouching(OpId o) const {
+  std::set<ValueId> ws;
+  auto add = [&](OpId u) {
+    if (u < 0)
+      return;
+    const Op &op = ctx_->graph.op(u);
+    for (int i : op.sem.weightInputs)
+      ws.insert(op.inputs[size_t(i)]);
+  };
+  add(o);
+  // The ops two weighted ops later (forward) and earlier (backward) wait on
+  // o's tasks when their weights are gathered (ZeRO-3).
+  if (!strategy_.zero.empty())
+    for (int dir : {-1, +1}) {
+      int32_t pos = weightedPos_[size_t(o)];
+      int32_t u = pos - 2 * dir;
+      if (pos >= 0 && u >= 0 && u < int32_t(weighted_.size()) &&
+          prefetchAnchor(weighted_[size_t(u)], dir) == o)
+        add(weighted_[size_t(u)]);
+    }
+  return ws;
+}
+
+void TaskGraph::removeWeight(ValueId w, std::vector<TaskId> &touched,
+                             std::vector<Seconds> &removedReady) {
+  for (TaskId t : weightTasks_[w])
+    removeTask(t, touched, removedReady);
+  weightTasks_[w].clear();
+  auto it = weightMem_.find(w);
+  if (it == weightMem_.end())
+    return;
+  for (const auto &[d, dm] : it->second) {
+    DeviceMemory &m = mem_[d];
+    m.weights -= dm.weights;
+    m.gradients -= dm.gradients;
+    m.optimizer -= dm.optimizer;
+  }
+  weightMem_.erase(it);
+}
+
+/// A weight's synchronisation, update and memory. Without ZeRO (or on a
+/// group of one device): one all-reduce of the gradients after the last
+/// micro-batch's backward, and every device updates its whole shard. With
+/// ZeRO over a group of D devices: the gradients reduce-scattered (once,
+/// stage 1; after every micro-batch, stages 2 and 3), each device updates
+/// 1/D, and the updated shards all-gathered (stages 1 and 2) or kept
+/// sharded and all-gathered before every micro-batch's forward and backward
+/// (stage 3).
 void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   const Value &wv = ctx_->graph.value(w);
   Bytes eb = dtypeBytes(wv.dtype);
+  int zs = weightZeroStage(ctx_->graph, strategy_, w);
   // Every shard (op, input, tile, replica) of the weight with its box.
   struct Shard {
     Box box;
     DeviceId device;
-    std::vector<TaskId> bwd; ///< every micro-batch's backward
+    OpId op;
+    std::vector<TaskId> fwd, bwd; ///< every micro-batch's forward, backward
   };
   int32_t m = strategy_.pipeline.microBatches;
   std::vector<Shard> shards;
@@ -184,11 +244,12 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       for (int64_t k = 0; k < c.numTiles(); ++k) {
         Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
         for (int32_t r = 0; r < c.replicas; ++r) {
-          Shard sh{b, c.device(k, r), {}};
-          for (int32_t mb = 0; mb < m; ++mb)
-            sh.bwd.push_back(
-                opTasks_[o]
-                    .bwd[size_t(mb * c.numTasks() + k * c.replicas + r)]);
+          Shard sh{b, c.device(k, r), o, {}, {}};
+          for (int32_t mb = 0; mb < m; ++mb) {
+            size_t t = size_t(mb * c.numTasks() + k * c.replicas + r);
+            sh.fwd.push_back(opTasks_[o].fwd[t]);
+            sh.bwd.push_back(opTasks_[o].bwd[t]);
+          }
           shards.push_back(std::move(sh));
         }
       }
@@ -209,35 +270,124 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   }
   uint32_t gi = 0;
   double bw = ctx_->cost.memoryBandwidth();
+  WeightBytes per = weightBytes(wv.dtype, ctx_->optimizer);
+  std::vector<std::pair<DeviceId, DeviceMemory>> &memory = weightMem_[w];
+  uint32_t uw = 0x80000000u | uint32_t(w);
+  auto subKey = [](uint64_t sub, int32_t mb, uint64_t pass, OpId u = 0) {
+    return (sub << 60) | (uint64_t(uint32_t(u)) << 28) |
+           (uint64_t(uint32_t(mb)) << 4) | pass;
+  };
   for (const std::vector<size_t> &members : groups) {
     std::vector<DeviceId> devs;
     Bytes bytes = 0;
+    // The distinct boxes each device holds (two ops reading the same shard
+    // on one device share it).
+    std::map<DeviceId, std::set<std::vector<int64_t>>> held;
     for (size_t i : members) {
-      devs.push_back(shards[i].device);
-      bytes = std::max(bytes, shards[i].box.volume() * eb);
+      const Shard &sh = shards[i];
+      devs.push_back(sh.device);
+      bytes = std::max(bytes, sh.box.volume() * eb);
+      std::vector<int64_t> bk = sh.box.lo;
+      bk.insert(bk.end(), sh.box.hi.begin(), sh.box.hi.end());
+      held[sh.device].insert(std::move(bk));
     }
     std::sort(devs.begin(), devs.end());
     devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
-    TaskId sync = kNoTask;
-    if (devs.size() > 1) {
-      sync = collective(
-          CollectiveRole::WeightGrad,
-          key(TaskKind::Collective, 0x80000000u | uint32_t(w), gi, 0), -1, devs,
-          bytes);
-      tasks_[sync].weight = w;
-      owned.push_back(sync);
+    int64_t D = int64_t(devs.size());
+    bool sharded = zs > 0 && D > 1;
+    auto part = [&](Bytes b, int stage) {
+      return sharded && zs >= stage ? (b + D - 1) / D : b;
+    };
+    for (const auto &[d, bks] : held) {
+      int64_t elems = 0;
+      for (const std::vector<int64_t> &bk : bks) {
+        int64_t v = 1;
+        for (size_t l = 0; l < bk.size() / 2; ++l)
+          v *= bk[bk.size() / 2 + l] - bk[l];
+        elems += v;
+      }
+      DeviceMemory dm;
+      dm.weights = part(elems * per.weight, 3);
+      dm.gradients = part(elems * per.gradient, 2);
+      dm.optimizer = part(elems * per.optimizer, 1);
+      DeviceMemory &mm = mem_[d];
+      mm.weights += dm.weights;
+      mm.gradients += dm.gradients;
+      mm.optimizer += dm.optimizer;
+      memory.emplace_back(d, dm);
+    }
+    auto newCollective = [&](CollectiveRole role, uint64_t c, Collective kind,
+                             int32_t mb) {
+      TaskId id = collective(role, key(TaskKind::Collective, uw, gi, c), -1,
+                             devs, bytes, kind);
+      tasks_[id].weight = w;
+      tasks_[id].microBatch = mb;
+      owned.push_back(id);
+      return id;
+    };
+    // What the updates wait for.
+    std::vector<TaskId> reduced;
+    if (!sharded) {
+      if (D > 1) {
+        TaskId sync = newCollective(CollectiveRole::WeightGrad, 0,
+                                    Collective::AllReduce, 0);
+        for (size_t i : members)
+          for (TaskId b : shards[i].bwd)
+            link(b, sync);
+        reduced.push_back(sync);
+      }
+    } else if (zs == 1) {
+      TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, 0, 0),
+                                Collective::ReduceScatter, 0);
       for (size_t i : members)
         for (TaskId b : shards[i].bwd)
-          link(b, sync);
+          link(b, rs);
+      reduced.push_back(rs);
+    } else {
+      for (int32_t mb = 0; mb < m; ++mb) {
+        TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, mb, 0),
+                                  Collective::ReduceScatter, mb);
+        for (size_t i : members)
+          link(shards[i].bwd[size_t(mb)], rs);
+        reduced.push_back(rs);
+      }
     }
-    // The optimizer step: read weight and gradient (and state), write the
-    // weight (and state).
-    // Read the gradient, state and weight; write state and weight.
+    if (sharded && zs == 3) {
+      // The whole weight gathered before each of its users' forward and
+      // backward of every micro-batch, issued when the op two weighted ops
+      // before the user (in that pass's order) has run: it overlaps the op
+      // in between.
+      std::set<OpId> users;
+      for (size_t i : members)
+        users.insert(shards[i].op);
+      for (OpId u : users)
+        for (int32_t mb = 0; mb < m; ++mb)
+          for (int pass = 0; pass < 2; ++pass) {
+            TaskId ag = newCollective(CollectiveRole::WeightGather,
+                                      subKey(3, mb, uint64_t(pass), u),
+                                      Collective::AllGather, mb);
+            OpId a = prefetchAnchor(u, pass == 0 ? -1 : +1);
+            if (a >= 0) {
+              const OpTasks &at = opTasks_[size_t(a)];
+              int64_t per = strategy_.configs[size_t(a)].numTasks();
+              const std::vector<TaskId> &src = pass == 0 ? at.fwd : at.bwd;
+              for (int64_t t = 0; t < per; ++t)
+                link(src[size_t(mb * per + t)], ag);
+            }
+            for (size_t i : members)
+              if (shards[i].op == u)
+                link(ag, pass == 0 ? shards[i].fwd[size_t(mb)]
+                                   : shards[i].bwd[size_t(mb)]);
+          }
+    }
+    // The optimizer step: read the gradient, state and weight; write state
+    // and weight — of the whole shard, or of 1/D of it under ZeRO.
     Seconds upd =
-        static_cast<double>(bytes / eb *
+        static_cast<double>(part(bytes / eb, 1) *
                             weightBytes(wv.dtype, ctx_->optimizer).update()) /
             bw +
         ctx_->cost.device().launchOverhead;
+    std::vector<TaskId> updates;
     for (DeviceId d : devs) {
       Task u;
       u.kind = TaskKind::Update;
@@ -247,13 +397,21 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       u.weight = w;
       TaskId id = newTask(std::move(u));
       owned.push_back(id);
-      if (sync != kNoTask)
-        link(sync, id);
+      updates.push_back(id);
+      if (!reduced.empty())
+        for (TaskId r : reduced)
+          link(r, id);
       else
         for (size_t i : members)
           if (shards[i].device == d)
             for (TaskId b : shards[i].bwd)
               link(b, id);
+    }
+    if (sharded && zs < 3) {
+      TaskId ag = newCollective(CollectiveRole::WeightGather, subKey(2, 0, 0),
+                                Collective::AllGather, 0);
+      for (TaskId u : updates)
+        link(u, ag);
     }
     ++gi;
   }

@@ -106,11 +106,35 @@ struct Strategy {
   bool recomputes(OpId o) const {
     return !recompute.empty() && recompute[size_t(o)] != 0;
   }
+  /// Per op, the ZeRO stage (0-3) of its weights over each data-parallel
+  /// group (the devices that hold copies of one weight shard); empty: none.
+  /// 1 shards the optimizer state (DeepSpeed ZeRO-1: one reduce-scatter of
+  /// the gradients, the update of 1/D, one all-gather of the weights per
+  /// iteration); 2 also the gradients (reduce-scattered after every
+  /// micro-batch); 3 also the weights (FSDP: all-gathered before each
+  /// micro-batch's forward and backward, prefetched one weighted op ahead).
+  /// A weight used by several ops takes the highest stage among them.
+  std::vector<uint8_t> zero;
+  int zeroStage(OpId o) const { return zero.empty() ? 0 : zero[size_t(o)]; }
   bool operator==(const Strategy &o) const {
     return configs == o.configs && pipeline == o.pipeline &&
-           recompute == o.recompute;
+           recompute == o.recompute && zero == o.zero;
   }
 };
+
+/// The ZeRO stage of weight `w`: the highest among the ops that use it.
+int weightZeroStage(const Graph &g, const Strategy &s, ValueId w);
+
+/// Whether some weight shard of op `o` is held by more than one device
+/// (a data-parallel group that ZeRO can shard over).
+bool hasDataParallelGroup(const Graph &g, const Strategy &s, OpId o);
+
+/// Clears the ZeRO stage of ops with no data-parallel group (where it means
+/// nothing), and the whole vector when no op keeps one.
+void dropIdleZero(const Graph &g, Strategy &s);
+
+/// `stage` (0-3) on every op with a data-parallel group, 0 elsewhere.
+std::vector<uint8_t> zeroPolicy(const Graph &g, const Strategy &s, int stage);
 
 /// Bytes op `o`'s `tile` keeps for backward under `s`: everything it saves,
 /// or, recomputed, only its saved inputs produced by kept ops (graph inputs

@@ -75,6 +75,7 @@ struct PlanOp {
   std::vector<DeviceId> devices;
   int32_t stage = 0;      ///< its pipeline stage (version 2)
   bool recompute = false; ///< forward run again in backward (version 2)
+  int32_t zero = 0;       ///< ZeRO stage of its weights, 0-3 (version 2)
 
   bool operator==(const PlanOp &o) const;
 };

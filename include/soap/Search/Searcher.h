@@ -145,6 +145,42 @@ llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
 llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
                                                   const Strategy &s);
 
+/// A way to make a strategy hold less (issue 17): a ZeRO stage on every op
+/// with a data-parallel group, and a recomputation policy.
+struct MemorySaving {
+  int zero = 0;
+  enum Recompute : uint8_t { None, Selective, Full } recompute = None;
+  /// ", ZeRO-1, selective recomputation" ("" for none).
+  std::string str() const;
+  void apply(const Graph &g, Strategy &s) const;
+};
+
+/// The savings a searcher tries, in the order they cost time: ZeRO-1 and -2
+/// (the same bytes on the wire without micro-batches), then selective
+/// recomputation with them, ZeRO-3, and full recomputation. `megatron`
+/// limits itself to what Megatron-LM offers: its distributed optimizer
+/// (ZeRO-1) and selective, then full, recomputation.
+std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
+
+/// Evaluates `s` and, while it does not fit, again with each rung of
+/// `ladder` applied; `s` keeps the first that fits (or the last tried).
+/// Returns the evaluation and the rung used; `evaluated` counts the
+/// simulations.
+llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
+fitWithLadder(const SearchProblem &p, Strategy &s,
+              const std::vector<MemorySaving> &ladder, uint64_t &evaluated);
+
+/// Gradient accumulation and micro-batching as a user tunes them: `s` with
+/// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),
+/// each through fitWithLadder, going on while nothing fits yet or the time
+/// still improves. `s` becomes the fastest that fits and the result is its
+/// time and rung; nullopt (and `s` unchanged) when none fits or `o`'s
+/// deadline passes first.
+llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
+fitMicroBatches(const SearchProblem &p, Strategy &s,
+                const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
+                const SearchOptions &o);
+
 } // namespace soap
 
 #endif // SOAP_SEARCH_SEARCHER_H

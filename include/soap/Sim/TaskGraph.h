@@ -37,8 +37,10 @@ llvm::StringRef taskKindName(TaskKind k);
 enum class CollectiveRole : uint8_t {
   PartialSum,
   Statistics,
-  WeightGrad,
-  Exchange ///< a recurrence's state, every step (LoopDim::exchangeSteps)
+  WeightGrad,   ///< all-reduce or (ZeRO) reduce-scatter of weight gradients
+  Exchange,     ///< a recurrence's state, every step (LoopDim::exchangeSteps)
+  WeightGather, ///< ZeRO's all-gather of weights: the updated shards (1, 2)
+                ///< or the whole weight before a forward or backward (3)
 };
 
 /// A canonical identity of a task, independent of the order the graph was
@@ -76,8 +78,8 @@ struct Task {
                           ///< per-micro-batch collective task
   ValueId weight = -1;    ///< the weight of a WeightGrad collective or update
   CollectiveRole role = CollectiveRole::PartialSum;
-  uint32_t groupSize = 0;    ///< devices in a collective
-  bool allGather = false;    ///< a collective that gathers (else all-reduces)
+  uint32_t groupSize = 0;                  ///< devices in a collective
+  Collective comm = Collective::AllReduce; ///< what a collective does
   int32_t bufferDevice = -1; ///< a forward transfer's receiving device
   bool alive = false;
   // Filled by the simulator.
@@ -165,6 +167,16 @@ private:
   llvm::Error buildOp(OpId o);
   void buildEdge(size_t e, std::vector<TaskId> &owned);
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
+  /// Removes weight `w`'s segment: its tasks and the memory it accounted.
+  void removeWeight(ValueId w, std::vector<TaskId> &touched,
+                    std::vector<Seconds> &removedReady);
+  /// The weights whose segments change with op `o`'s configuration: its
+  /// own, and those of the ops whose ZeRO-3 prefetch waits on `o`.
+  std::set<ValueId> weightsTouching(OpId o) const;
+  /// The op whose forward (dir -1) or backward (+1) a ZeRO-3 all-gather of
+  /// `o`'s weights waits for (two weighted ops earlier in the forward or
+  /// backward order, in the same stage), or -1.
+  OpId prefetchAnchor(OpId o, int dir) const;
   void buildStage(int32_t stage, std::vector<TaskId> &owned);
   Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
   std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
@@ -193,8 +205,10 @@ private:
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);
   std::vector<DeviceMemory> mem_;
-  /// Weight shards held per device: (weight, box, device) -> users.
-  std::map<std::tuple<ValueId, std::vector<int64_t>, DeviceId>, int> shardRefs_;
+  /// What each weight's segment added to mem_, per device.
+  std::map<ValueId, std::vector<std::pair<DeviceId, DeviceMemory>>> weightMem_;
+  std::vector<OpId> weighted_;       ///< ops with weights, in id order
+  std::vector<int32_t> weightedPos_; ///< per op: index in weighted_, or -1
   std::vector<std::map<Bytes, int>> workspaces_; ///< per device
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
 };

@@ -47,6 +47,18 @@ llvm::Error ExecOptions::validate() const {
   return llvm::Error::success();
 }
 
+/// The shape a weight is addressed in: its users' view where they share
+/// one (checkExecutable refuses others), else its own.
+static const std::vector<int64_t> &weightShape(const Graph &g, const Value &w) {
+  for (OpId u : w.users) {
+    const Op &op = g.op(u);
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] == w.id && op.sem.inputs[i].isView)
+        return op.sem.inputs[i].shape;
+  }
+  return w.shape.dims;
+}
+
 llvm::Error checkExecutable(const Graph &g) {
   for (const Op &op : g.ops()) {
     const exec::Kernel *k = exec::findKernel(op.kind);
@@ -56,11 +68,16 @@ llvm::Error checkExecutable(const Graph &g) {
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       if (op.inputs[i] == kNoValue)
         continue;
-      if (op.sem.inputs[i].isView)
+      const Value &v = g.value(op.inputs[i]);
+      // A weight is filled and updated locally, so any exact re-factoring
+      // (LSTM's [D, 4H, I] as [D, 4, H, I]) works if all its users share
+      // it; activations move between ops in their own shape.
+      if (op.sem.inputs[i].isView &&
+          (v.kind != ValueKind::Weight ||
+           weightShape(g, v) != op.sem.inputs[i].shape))
         return inputError("{}: operand {} is addressed through a view; "
                           "soap-run does not run it",
                           g.where(op.id), i);
-      const Value &v = g.value(op.inputs[i]);
       auto n = v.shape.numElements();
       if (v.kind == ValueKind::Constant && v.data.size() != 1 &&
           (!n || static_cast<int64_t>(v.data.size()) != *n))
@@ -270,7 +287,10 @@ void Runner::initWeights() {
 
 void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
   out.reset(box);
-  const std::vector<int64_t> &shape = v.shape.dims;
+  // Row-major flat indices of a view equal the tensor's (an exact
+  // re-factoring), so a view's box indexes the same data.
+  const std::vector<int64_t> &shape =
+      v.kind == ValueKind::Weight ? weightShape(g_, v) : v.shape.dims;
   switch (v.kind) {
   case ValueKind::Weight: {
     const std::vector<float> &w = weights_.at(v.id);
@@ -454,7 +474,7 @@ void Runner::syncWeights() {
     for (size_t d = 0; d < want.size(); ++d) {
       if (std::get<0>(want[d]) != me_)
         continue;
-      exec::forEachIndexRun(grads[d].box, w.shape.dims,
+      exec::forEachIndexRun(grads[d].box, weightShape(g_, w),
                             [&](int64_t flat, int64_t off, int64_t n) {
                               const float *g = grads[d].data.data() + off;
                               for (int64_t k = 0; k < n; ++k)
@@ -586,6 +606,21 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
 
 } // namespace
 
+llvm::Error checkStrategyExecutable(const Graph &g, const Strategy &s) {
+  for (const Op &op : g.ops()) {
+    if (op.kind != "LSTM")
+      continue;
+    // The recurrence reads all of h_{t-1} at every step: a split of the
+    // hidden units would exchange it inside the kernel, step by step.
+    for (size_t l = 0; l < op.sem.loops.size(); ++l)
+      if (op.sem.loops[l].name == "h" && s.configs[op.id].degree[l] > 1)
+        return inputError("{}: soap-run runs an LSTM layer whole along its "
+                          "hidden units; the plan splits them {} ways",
+                          g.where(op.id), s.configs[op.id].degree[l]);
+  }
+  return llvm::Error::success();
+}
+
 int kernelThreads(const ExecOptions &opts, const Comm &comm) {
   if (opts.threads > 0)
     return opts.threads;
@@ -617,6 +652,8 @@ llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   if (auto err = checkExecutable(g))
+    return llvm::Error(std::move(err));
+  if (auto err = checkStrategyExecutable(g, s))
     return llvm::Error(std::move(err));
   if (auto err = prepareBackend(opts, comm))
     return llvm::Error(std::move(err));

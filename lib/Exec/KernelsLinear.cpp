@@ -355,8 +355,8 @@ const Kernel *findKernel(llvm::StringRef kind, llvm::StringRef backend) {
     if (const Kernel *k = findCudaKernel(kind))
       return k;
 #endif
-  for (auto *f :
-       {findLinearKernel, findPointwiseKernel, findNormKernel, findShapeKernel})
+  for (auto *f : {findLinearKernel, findPointwiseKernel, findNormKernel,
+                  findShapeKernel, findRnnKernel})
     if (const Kernel *k = f(kind))
       return k;
   return nullptr;

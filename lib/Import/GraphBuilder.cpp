@@ -44,6 +44,8 @@ class Builder {
 public:
   explicit Builder(ImportState &s) : s_(s), g_(s.graph()) {}
   llvm::Expected<std::unique_ptr<Graph>> run();
+  llvm::Expected<std::unique_ptr<Graph>>
+  buildFrom(const std::vector<IrNode> &nodes);
 
 private:
   ImportState &s_;
@@ -304,9 +306,6 @@ llvm::Expected<ValueId> Builder::addChecked(Value v, int32_t elemType) {
 
 llvm::Expected<std::unique_ptr<Graph>> Builder::run() {
   registerAllOps();
-  graph_ = std::make_unique<Graph>();
-  graph_->name = g_.name();
-  graph_->sourcePath = s_.path;
   std::vector<bool> live(g_.node_size(), false);
   if (auto err = markLive(live))
     return err;
@@ -319,6 +318,22 @@ llvm::Expected<std::unique_ptr<Graph>> Builder::run() {
       return ir.takeError();
     nodes.push_back(std::move(*ir));
   }
+  auto g = buildFrom(nodes);
+  // The dim classes of a build say where a Reshape would merge the sample
+  // dim away; build again once those merges are undone, until none is left
+  // (each round can find the next layer's: its input now has the dim).
+  while (g && unmergeSampleRows(s_, **g, nodes))
+    g = buildFrom(nodes);
+  return g;
+}
+
+llvm::Expected<std::unique_ptr<Graph>>
+Builder::buildFrom(const std::vector<IrNode> &nodes) {
+  graph_ = std::make_unique<Graph>();
+  graph_->name = g_.name();
+  graph_->sourcePath = s_.path;
+  ids_.clear();
+  constKind_.clear();
   // Initializer kinds from how the registry says their consumers use them.
   std::set<std::string> weights, states;
   std::map<std::string, std::vector<std::pair<size_t, int>>> readers;
@@ -362,11 +377,11 @@ llvm::Expected<std::unique_ptr<Graph>> Builder::run() {
     ids_[name] = id;
     graph_->inputs.push_back(id);
   }
-  for (IrNode &ir : nodes) {
+  for (const IrNode &ir : nodes) {
     Op op;
-    op.name = s_.nodeNames[ir.node];
+    op.name = ir.name.empty() ? s_.nodeNames[ir.node] : ir.name;
     op.kind = ir.kind;
-    op.attrs = std::move(ir.attrs);
+    op.attrs = ir.attrs;
     for (const std::string &in : ir.inputs) {
       if (in.empty()) {
         op.inputs.push_back(kNoValue);

@@ -81,6 +81,8 @@ struct ImportState {
 /// A remaining ONNX node in the form the IR wants.
 struct IrNode {
   int node = -1;
+  /// The op's name when not the ONNX node's (ops a rewrite adds).
+  std::string name;
   std::string kind;
   std::vector<std::string> inputs, outputs; ///< "" for absent
   std::map<std::string, AttrValue> attrs;
@@ -106,6 +108,16 @@ llvm::Error loadModel(ImportState &s);
 /// Alternates ONNX shape inference and constant folding until nothing
 /// changes; leaves the final types in s.infos.
 llvm::Error foldAndInfer(ImportState &s);
+
+/// Where a sample dim sits inside the rows of a 2-D Gemm but not first
+/// (PyTorch's multi-head attention: [T, N*h, d] -> [T*N, E] -> out_proj ->
+/// [T, N, E]), the merge would lose it: rewrites Reshape(X -> [R, E]) ->
+/// Gemm(B, C) -> Reshape(-> [d..., E']) into Reshape(X -> [d..., E]) ->
+/// MatMul(B, transposed when transB) -> Add(C), the same numbers with the
+/// rows unmerged. `g` is the graph built from `nodes` (its dim classes say
+/// where the sample dim is). Returns whether anything changed.
+bool unmergeSampleRows(ImportState &s, const Graph &g,
+                       std::vector<IrNode> &nodes);
 
 /// Builds, checks and returns the IR graph (loss appended when asked).
 llvm::Expected<std::unique_ptr<Graph>> buildGraph(ImportState &s);

@@ -389,6 +389,58 @@ TEST_CASE("import: a weight is a weight wherever it flows", "[import]") {
   CHECK(nIsParameter);
 }
 
+TEST_CASE("import: rows that merge sequence and batch are unmerged",
+          "[import]") {
+  // PyTorch's attention output projection: [T, N, E] -> [T*N, E] -> Gemm
+  // -> [T, N, E']. Sequence first, the merged rows would lose the sample
+  // dim; soapc computes MatMul(x, W^T) + b on [T, N, E] instead.
+  TempDir dir;
+  Model m;
+  m.input("x", {"N", "3", "8"});
+  setInts(m.node("Transpose", {"x"}, {"t"}, "to_seq_first"), "perm", {1, 0, 2});
+  m.ints("rows", {2}, {-1, 8});
+  m.node("Reshape", {"t", "rows"}, {"r"}, "merge");
+  m.weight("w", {5, 8});
+  m.weight("b", {5});
+  setInt(m.node("Gemm", {"r", "w", "b"}, {"y"}, "proj"), "transB", 1);
+  m.ints("unrows", {3}, {3, -1, 5});
+  m.node("Reshape", {"y", "unrows"}, {"z"}, "split");
+  setInts(m.node("Transpose", {"z"}, {"out"}, "to_batch_first"), "perm",
+          {1, 0, 2});
+  m.output("out");
+  ImportOptions opts;
+  opts.batch = 4;
+  auto g = importOk(m.save(dir), opts);
+  CHECK(g->parameterCount() == 45);
+  const Op &proj = opNamed(*g, "proj");
+  CHECK(proj.kind == "MatMul");
+  CHECK(g->value(proj.outputs[0]).shape.dims == std::vector<int64_t>{3, 4, 5});
+  CHECK(opNamed(*g, "proj/soapc.transB").kind == "Transpose");
+  CHECK(opNamed(*g, "proj/soapc.bias").kind == "Add");
+  // Every op from the input to the loss keeps a splittable sample loop.
+  for (const Op &o : g->ops()) {
+    if (o.kind == "Transpose" && o.name == "proj/soapc.transB")
+      continue;
+    bool sample = false;
+    for (const LoopDim &l : o.sem.loops)
+      sample |= l.cls == DimClass::Sample && l.splittable && l.size == 4;
+    INFO(o.name);
+    CHECK(sample);
+  }
+  // Sample first (as GPT's LM head) the Gemm stays: nothing is lost.
+  Model k;
+  k.input("x", {"N", "3", "8"});
+  k.ints("rows", {2}, {-1, 8});
+  k.node("Reshape", {"x", "rows"}, {"r"}, "merge");
+  k.weight("w", {5, 8});
+  setInt(k.node("Gemm", {"r", "w"}, {"y"}, "proj"), "transB", 1);
+  k.ints("unrows", {3}, {-1, 3, 5});
+  k.node("Reshape", {"y", "unrows"}, {"out"}, "split");
+  k.output("out");
+  auto h = importOk(k.save(dir, "k.onnx"), opts);
+  CHECK(opNamed(*h, "proj").kind == "Gemm");
+}
+
 TEST_CASE("import: operand conventions", "[import]") {
   TempDir dir;
   Model m;

@@ -1,10 +1,17 @@
-"""A model whose parameters reach the ops that compute with them through
-shape ops (issue 19): a class token expanded to the batch and concatenated
-to the input, a position table added, and a weight transposed before a
-MatMul (exported without constant folding, so the Transpose stays).
+"""Small models for issue 19's importer fixes, and their PyTorch reference:
 
-    weight_flow.py export OUT.onnx
-    weight_flow.py compare SEED RUN.out RUN_DIR
+  flow  parameters reach the ops that compute with them through shape ops:
+        a class token expanded to the batch and concatenated to the input,
+        a position table added, a weight transposed before a MatMul;
+  mha   nn.MultiheadAttention (batch_first) and a linear head: PyTorch's
+        attention merges sequence and batch ([T, N*h, d] -> [T*N, E]) for
+        its output projection, which soapc computes unmerged.
+
+Both are exported without constant folding, so weights keep PyTorch's names
+and the Transposes and Slices of them stay in the graph.
+
+    weight_flow.py export MODEL OUT.onnx
+    weight_flow.py compare MODEL SEED RUN.out RUN_DIR
 
 `compare` trains it in PyTorch as soap-run does on one rank (weights,
 inputs and labels drawn from the seed by global element index, SGD at 0.1,
@@ -28,6 +35,18 @@ from torch_reference import fnv1a, hash_uniform  # noqa: E402
 TOKENS, WIDTH, CLASSES = 4, 8, 6
 
 
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(WIDTH, 2, dropout=0.0,
+                                         batch_first=True)
+        self.head = nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, x):                             # [N, TOKENS, WIDTH]
+        y, _ = self.mha(x, x, x, need_weights=False)
+        return self.head(y)                           # [N, TOKENS, CLASSES]
+
+
 class Flow(nn.Module):
     def __init__(self):
         super().__init__()
@@ -41,9 +60,12 @@ class Flow(nn.Module):
         return torch.matmul(h, self.w.t())            # [N, TOKENS+1, CLASSES]
 
 
-def export(path):
+MODELS = {"flow": Flow, "mha": Attention}
+
+
+def export(name, path):
     torch.manual_seed(0)
-    model = Flow().train()
+    model = MODELS[name]().train()
     torch.onnx.export(model, (torch.randn(2, TOKENS, WIDTH),), path,
                       opset_version=17,
                       training=torch.onnx.TrainingMode.TRAINING,
@@ -52,8 +74,8 @@ def export(path):
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
 
 
-def compare(seed, run_out, run_dir, batch=8):
-    model = Flow().train()
+def compare(name, seed, run_out, run_dir, batch=8):
+    model = MODELS[name]().train()
     with torch.no_grad():
         for k, p in model.named_parameters():
             n = p.numel()
@@ -63,7 +85,8 @@ def compare(seed, run_out, run_dir, batch=8):
     shape = [batch, TOKENS, WIDTH]
     x = torch.tensor([2 * hash_uniform(seed, fnv1a("input") ^ 0x5EED, i) - 1
                       for i in range(math.prod(shape))]).reshape(shape)
-    rows = batch * (TOKENS + 1)
+    logits = model(x)
+    rows = logits.numel() // CLASSES
     labels = torch.tensor([min(int(hash_uniform(seed, fnv1a("labels") ^
                                                 0x5EED, i) * CLASSES),
                                CLASSES - 1) for i in range(rows)])
@@ -104,6 +127,6 @@ def compare(seed, run_out, run_dir, batch=8):
 
 if __name__ == "__main__":
     if sys.argv[1] == "export":
-        export(sys.argv[2])
+        export(sys.argv[2], sys.argv[3])
     else:
-        compare(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        compare(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])

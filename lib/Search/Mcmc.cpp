@@ -415,6 +415,20 @@ public:
           m.apply(g, r);
           initial.push_back(std::move(r));
         }
+        // And gradient accumulation: the fewest micro-batches that fit
+        // (with ZeRO or recomputation if need be) or the fastest beyond.
+        Strategy acc = initial[0];
+        acc.pipeline.microBatches = 2;
+        if (llvm::Error err = verifyPipeline(acc, g)) {
+          llvm::consumeError(std::move(err));
+        } else {
+          uint64_t n = 0;
+          auto fit = fitMicroBatches(p, acc, memoryLadder(), n, o);
+          if (!fit)
+            return fit.takeError();
+          if (*fit)
+            initial.push_back(std::move(acc));
+        }
       }
     }
     std::stable_sort(rank.begin(), rank.end());

@@ -7,8 +7,10 @@
 // stages that minimise Alpa's pipeline latency, the sum of the stage times plus
 // (m - 1) times the slowest: the sum is fixed, so this is the linear partition
 // that minimises the slowest stage, from each op's cost under that plan. Each
-// candidate (with m micro-batches, m in {p, 2p, 4p, 8p}, 1F1B) is then
-// simulated and the fastest that fits is kept.
+// candidate is then simulated with m micro-batches (1F1B) from m = p,
+// doubled while nothing fits yet or the time still improves, each count
+// tried again with ZeRO and recomputation when it does not fit
+// (fitMicroBatches); the fastest that fits is kept.
 #include "ConfigCost.h"
 #include "KCuts.h"
 #include "soap/Parallel/Megatron.h"
@@ -153,41 +155,45 @@ public:
             return cc.takeError();
           cost.push_back(cc->busiest());
         }
-        for (int32_t m : microBatchCounts(stages)) {
-          if (o.pastDeadline())
-            break;
-          Strategy s;
-          s.configs = plan.configs;
-          s.pipeline.microBatches = m;
-          s.pipeline.schedule = PipelineSchedule::OneFOneB;
-          if (stages > 1) {
-            s.pipeline.stageOf = cutStages(cost, stages);
-            if (s.pipeline.stageOf.empty())
-              continue;
-          }
-          for (const Op &op : p.graph.ops())
-            for (DeviceId &d : s.configs[size_t(op.id)].devices)
-              d += DeviceId(size_t(s.pipeline.stage(op.id)) * group);
-          if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
-            llvm::consumeError(std::move(err)); // m does not divide
+        if (o.pastDeadline())
+          break;
+        // m from the stage count up (1F1B's bubble shrinks as m grows).
+        Strategy s;
+        s.configs = plan.configs;
+        s.pipeline.microBatches = stages;
+        s.pipeline.schedule = PipelineSchedule::OneFOneB;
+        if (stages > 1) {
+          s.pipeline.stageOf = cutStages(cost, stages);
+          if (s.pipeline.stageOf.empty())
             continue;
-          }
-          // What does not fit is tried again with ZeRO and recomputation.
-          auto fit = fitWithLadder(p, s, memoryLadder(), simulated);
-          if (!fit)
-            return fit.takeError();
-          auto e = &fit->first;
-          spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms{}",
-                       stages, group, plan.name, m, fit->second.str(),
-                       e->first * 1e3, e->second ? "" : " (does not fit)");
-          if (o.progress && best)
-            o.progress({best->iterationTime, simulated, 0, 0});
-          if (e->second && (!best || e->first < best->iterationTime)) {
-            best = SearchResult();
-            best->strategy = std::move(s);
-            best->iterationTime = e->first;
-          }
         }
+        for (const Op &op : p.graph.ops())
+          for (DeviceId &d : s.configs[size_t(op.id)].devices)
+            d += DeviceId(size_t(s.pipeline.stage(op.id)) * group);
+        if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
+          llvm::consumeError(std::move(err)); // m does not divide
+          continue;
+        }
+        // Micro-batches doubled while nothing fits or they still pay, each
+        // count with ZeRO and recomputation when it does not fit as it is.
+        auto fit = fitMicroBatches(p, s, memoryLadder(), simulated, o);
+        if (!fit)
+          return fit.takeError();
+        if (!*fit) {
+          spdlog::info("pipeline: {} stages x {} ({}): does not fit", stages,
+                       group, plan.name);
+          continue;
+        }
+        spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms", stages,
+                     group, plan.name, s.pipeline.microBatches,
+                     (*fit)->second.str(), (*fit)->first * 1e3);
+        if (!best || (*fit)->first < best->iterationTime) {
+          best = SearchResult();
+          best->strategy = std::move(s);
+          best->iterationTime = (*fit)->first;
+        }
+        if (o.progress)
+          o.progress({best->iterationTime, simulated, 0, 0});
       }
     }
     if (!best) {
@@ -202,14 +208,6 @@ public:
     best->timedOut = o.pastDeadline();
     return std::move(*best);
   }
-
-private:
-  /// m: gradient accumulation (1, 2, 4) without stages; p, 2p, 4p, 8p with.
-  static std::vector<int32_t> microBatchCounts(int32_t stages) {
-    if (stages == 1)
-      return {1, 2, 4};
-    return {stages, 2 * stages, 4 * stages, 8 * stages};
-  }
 };
 
 } // namespace
@@ -218,8 +216,8 @@ void registerPipelineSearcher(SearcherRegistry &r) {
   r.add({"pipeline",
          "Alpa's inter-op pass: stage counts x intra-stage plans (k-cuts, "
          "Megatron tensor x data), stages cut to minimise the slowest, "
-         "micro-batches p..8p with 1F1B; the fastest simulated plan that "
-         "fits",
+         "micro-batches from p doubled while they pay, 1F1B, ZeRO and "
+         "recomputation where it does not fit; the fastest that fits",
          [] { return std::make_unique<PipelineSearcher>(); }});
 }
 

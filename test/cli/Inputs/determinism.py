@@ -6,7 +6,7 @@ something to run) -- must exit alike and, when they write a plan, write
 plans with the same SHA-256. A combination whose searches all exit 3 (no
 feasible plan) is skipped with a line saying so.
 
-    determinism.py SOAPC MODELS_DIR TOPOLOGY OUT_DIR [--jobs N]
+    determinism.py SOAPC MODELS_DIR TOPOLOGY OUT_DIR [--jobs N] [--skip P,...]
 
 Budgets are proposal counts (deterministic by definition): BUDGET by
 default, less for searchers whose proposal is a whole simulated strategy.
@@ -87,11 +87,15 @@ def main():
     ap.add_argument("topology")
     ap.add_argument("out")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--skip", default="",
+                    help="comma-separated model-name prefixes to leave out")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = searchers(args.soapc)
+    skip = tuple(p for p in args.skip.split(",") if p)
     models = sorted(os.path.join(args.models, f)
-                    for f in os.listdir(args.models) if f.endswith(".onnx"))
+                    for f in os.listdir(args.models)
+                    if f.endswith(".onnx") and not (skip and f.startswith(skip)))
     if not names or not models:
         print(f"determinism: found {len(names)} searchers and {len(models)} "
               "models; expected some of each")

@@ -118,6 +118,8 @@ public:
 
   void allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
                  Combine c) override;
+  void allGather(const std::vector<bool> &keep, int wide,
+                 std::vector<Buf *> &rows, bool partial) override;
 
 private:
   struct OpPlan {
@@ -192,6 +194,36 @@ void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
       dsts.push_back({b, r, r == me_ ? rows[t] : nullptr});
   }
   assemble(srcs, dsts, c);
+}
+
+void Runner::allGather(const std::vector<bool> &keep, int wide,
+                       std::vector<Buf *> &rows, bool partial) {
+  const OpPlan &p = plan(cur_);
+  std::vector<Src> srcs;
+  std::vector<Dst> dsts;
+  // A source is laid out over its box: the tile's own range is copied
+  // out of its (wide) buffer.
+  std::vector<Buf> own(p.tiles.size());
+  for (size_t k = 0; k < p.tiles.size(); ++k) {
+    Box mine = exec::loopSubsetBox(p.tiles[k], keep);
+    Box whole = mine;
+    whole.lo[size_t(wide)] = 0;
+    whole.hi[size_t(wide)] = g_.op(cur_).sem.loops[size_t(wide)].size;
+    int t = p.localTask[k];
+    if (partial) {
+      srcs.push_back({whole, ranksOf(cur_, k), t < 0 ? nullptr : rows[t]});
+    } else {
+      if (t >= 0) {
+        own[k].reset(mine);
+        exec::combineRegion(mine, whole, rows[t]->data.data(), mine,
+                            own[k].data.data(), Combine::Copy);
+      }
+      srcs.push_back({mine, ranksOf(cur_, k), t < 0 ? nullptr : &own[k]});
+    }
+    for (int r : ranksOf(cur_, k))
+      dsts.push_back({whole, r, r == me_ ? rows[t] : nullptr});
+  }
+  assemble(srcs, dsts, Combine::Sum);
 }
 
 void Runner::setUp() {
@@ -606,21 +638,6 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
 
 } // namespace
 
-llvm::Error checkStrategyExecutable(const Graph &g, const Strategy &s) {
-  for (const Op &op : g.ops()) {
-    if (op.kind != "LSTM")
-      continue;
-    // The recurrence reads all of h_{t-1} at every step: a split of the
-    // hidden units would exchange it inside the kernel, step by step.
-    for (size_t l = 0; l < op.sem.loops.size(); ++l)
-      if (op.sem.loops[l].name == "h" && s.configs[op.id].degree[l] > 1)
-        return inputError("{}: soap-run runs an LSTM layer whole along its "
-                          "hidden units; the plan splits them {} ways",
-                          g.where(op.id), s.configs[op.id].degree[l]);
-  }
-  return llvm::Error::success();
-}
-
 int kernelThreads(const ExecOptions &opts, const Comm &comm) {
   if (opts.threads > 0)
     return opts.threads;
@@ -652,8 +669,6 @@ llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
   if (auto err = opts.validate())
     return llvm::Error(std::move(err));
   if (auto err = checkExecutable(g))
-    return llvm::Error(std::move(err));
-  if (auto err = checkStrategyExecutable(g, s))
     return llvm::Error(std::move(err));
   if (auto err = prepareBackend(opts, comm))
     return llvm::Error(std::move(err));

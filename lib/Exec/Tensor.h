@@ -320,6 +320,13 @@ public:
   /// `keep`: the op's loops that index the rows (the others are reduced).
   virtual void allReduce(const std::vector<bool> &keep,
                          std::vector<Buf *> &rows, Combine c) = 0;
+  /// Like allReduce over `keep`, but loop `wide` (kept) spans its whole
+  /// extent in every buffer. `partial` false: each tile gives its own range
+  /// of `wide` and every buffer ends with all of them (an all-gather among
+  /// the tiles that differ only in `wide`); true: each gives the whole
+  /// buffer and every buffer ends with their sum (partial sums).
+  virtual void allGather(const std::vector<bool> &keep, int wide,
+                         std::vector<Buf *> &rows, bool partial) = 0;
 };
 
 /// What a kernel sees of its op on this rank.

@@ -161,8 +161,6 @@ static llvm::Error run(Comm &comm) {
     return strategy.takeError();
   if (auto err = checkExecutable(*graph))
     return err;
-  if (auto err = checkStrategyExecutable(*graph, *strategy))
-    return err;
   if (auto err = prepareBackend(opts, comm))
     return err;
   std::unique_ptr<Comm> nccl;

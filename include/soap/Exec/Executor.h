@@ -62,11 +62,6 @@ llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm);
 /// op it cannot: an unsupported kind, attribute or operand).
 llvm::Error checkExecutable(const Graph &g);
 
-/// Whether the executor can run `g` under `s` (an error names the first op
-/// whose configuration it cannot run: an LSTM split along its hidden
-/// units).
-llvm::Error checkStrategyExecutable(const Graph &g, const Strategy &s);
-
 /// Runs opts.steps SGD steps of `g` under `s` (verified, with
 /// comm.size() devices). Every rank calls it; results are valid on rank 0.
 llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,

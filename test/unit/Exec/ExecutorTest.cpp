@@ -5,6 +5,7 @@
 
 #include "../TestInputs.h"
 #include "ThreadComm.h"
+#include "soap/IR/UnrollRnn.h"
 #include "soap/Parallel/BuiltinStrategies.h"
 #include <cmath>
 #include <thread>
@@ -76,23 +77,13 @@ TEST_CASE("runTraining: refuses what it cannot run", "[exec][executor]") {
   Hub hub;
   ThreadComm comm(hub, 0, 1);
   ExecOptions o;
-  // An LSTM layer split along its hidden units (two tiles on the one
-  // device): the recurrence would exchange h inside the kernel.
-  Strategy s = dataParallel(*g, one);
-  for (const Op &op : g->ops()) {
-    if (op.kind != "LSTM")
-      continue;
-    OpConfig &c = s.configs[op.id];
-    for (size_t l = 0; l < op.sem.loops.size(); ++l)
-      if (op.sem.loops[l].name == "h")
-        c.degree[l] = 2;
-    c.devices.assign(size_t(c.numTasks()), c.devices[0]);
-  }
-  auto r = runTraining(*g, s, comm, o);
+  // Unrolled LSTM cells (soapc's LSTMCell) have no kernel.
+  auto u = unrollLstms(*g);
+  REQUIRE(static_cast<bool>(u));
+  auto r = runTraining(**u, dataParallel(**u, one), comm, o);
   REQUIRE(!r);
   CHECK(llvm::StringRef(errorMessage(r.takeError()))
-            .contains("soap-run runs an LSTM layer whole along its hidden "
-                      "units; the plan splits them 2 ways"));
+            .contains("soap-run has no kernel for LSTMCell"));
   o.steps = 0;
   CHECK(errorMessage(o.validate()) == "--steps must be at least 1, got 0");
 }

@@ -18,6 +18,8 @@ class NoStats : public StatsExchange {
 public:
   void allReduce(const std::vector<bool> &, std::vector<Buf *> &,
                  Combine) override {}
+  void allGather(const std::vector<bool> &, int, std::vector<Buf *> &,
+                 bool) override {}
 };
 
 /// A whole-tile task of `op` with seeded inputs (integers within the range

@@ -446,9 +446,29 @@ void Runner::backward(OpId o) {
         dsts.push_back({p.outReg[j][k], r, r == me_ ? &t->gout[j] : nullptr});
       }
     assemble(srcs, dsts, Combine::Sum);
+    // The users' contributions to this gradient are summed: drop them.
+    for (OpId u : users) {
+      const Op &uo = g_.op(u);
+      for (size_t i = 0; i < uo.inputs.size(); ++i)
+        if (uo.inputs[i] == vid)
+          for (Task &ut : tasks(u))
+            if (i < ut.gin.size())
+              ut.gin[i] = Buf();
+    }
   }
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   exec::findKernel(op.kind, opts_.backend)->backward(ctx);
+  // Nothing after this op's backward reads its operands (its consumers
+  // have run both passes), only the gradients it gave its inputs and a
+  // loss's value: free the rest, so a step's memory peaks once.
+  for (Task &t : ts) {
+    t.in.clear();
+    t.gout.clear();
+    t.saved.clear();
+    t.arg.clear();
+    if (!loss)
+      t.out.clear();
+  }
 }
 
 /// Every tile that read weight `w`, in op, operand and tile order.

@@ -170,6 +170,40 @@ public:
       f(offs.data(), zero.data(), int64_t(1));
       return;
     }
+    // Trailing loops that every operand walks as one progression (and
+    // nothing in padding) run as one row: a whole contiguous tensor for
+    // element-wise ops, a channel's plane for a normalisation.
+    std::vector<int64_t> mstep;
+    size_t m = mergedFrom(tile, mstep);
+    if (m + 1 < L) {
+      int64_t extent = 1;
+      for (size_t l = m; l < L; ++l)
+        extent *= tile.hi[l] - tile.lo[l];
+      for (;;) {
+        for (size_t o = 0; o < n; ++o)
+          offs[o] = offsetAt(ops_[o], vals[o]);
+        f(offs.data(), mstep.data(), extent);
+        size_t l = m;
+        bool done = true;
+        while (l > 0) {
+          --l;
+          if (++i[l] < tile.hi[l]) {
+            for (size_t o = 0; o < n; ++o)
+              for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+                vals[o][d] += ops_[o].dims[d].coeff[l];
+            done = false;
+            break;
+          }
+          int64_t back = tile.hi[l] - 1 - tile.lo[l];
+          for (size_t o = 0; o < n; ++o)
+            for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+              vals[o][d] -= ops_[o].dims[d].coeff[l] * back;
+          i[l] = tile.lo[l];
+        }
+        if (done)
+          return;
+      }
+    }
     // The last loop runs innermost as arithmetic progressions: per operand
     // a start offset, a step, and the range of steps that stay in bounds.
     size_t last = L - 1;
@@ -242,6 +276,51 @@ private:
   struct Op_ {
     std::vector<Dim_> dims;
   };
+
+  /// The first of the trailing loops that runRows may walk as one row
+  /// (L - 1 when none merge), and each operand's step along that row: the
+  /// map is affine, every point of the tile is inside every tensor, and each
+  /// merged loop steps by the row's step times the extent after it.
+  size_t mergedFrom(const Box &tile, std::vector<int64_t> &mstep) const {
+    size_t L = tile.rank();
+    if (!affine_ || L < 2)
+      return L - 1;
+    for (const Op_ &op : ops_)
+      for (const Dim_ &dm : op.dims) {
+        int64_t vmin = dm.offset, vmax = dm.offset;
+        for (size_t l = 0; l < L; ++l) {
+          int64_t c = dm.coeff[l];
+          vmin += c * (c > 0 ? tile.lo[l] : tile.hi[l] - 1);
+          vmax += c * (c > 0 ? tile.hi[l] - 1 : tile.lo[l]);
+        }
+        if (vmin < 0 || vmax >= dm.size)
+          return L - 1;
+      }
+    auto stepOf = [&](const Op_ &op, size_t l) {
+      int64_t s = 0;
+      for (const Dim_ &dm : op.dims)
+        s += dm.coeff[l] * dm.stride;
+      return s;
+    };
+    mstep.clear();
+    for (const Op_ &op : ops_)
+      mstep.push_back(stepOf(op, L - 1));
+    size_t m = L - 1;
+    int64_t span = tile.hi[L - 1] - tile.lo[L - 1];
+    while (m > 0) {
+      size_t l = m - 1;
+      int64_t ext = tile.hi[l] - tile.lo[l];
+      bool ok = true;
+      if (ext > 1)
+        for (size_t o = 0; o < ops_.size() && ok; ++o)
+          ok = stepOf(ops_[o], l) == mstep[o] * span;
+      if (!ok)
+        break;
+      span *= ext;
+      m = l;
+    }
+    return m;
+  }
 
   /// The buffer offset of the point whose dim values are `v`, or -1.
   static int64_t offsetAt(const Op_ &op, const std::vector<int64_t> &v) {

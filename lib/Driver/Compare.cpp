@@ -21,9 +21,10 @@ namespace soap {
 
 /// A row's note: how a searcher that passed its timeout ended.
 static std::string timeoutNote(const SearchOutcome &o) {
+  std::string ended = o.budgetEnded ? "budget ended" : "timed out";
   if (!o.fallback.empty())
-    return "timed out: fastest baseline (" + o.fallback + ")";
-  return o.timedOut ? "timed out: best plan so far" : "";
+    return ended + ": fastest baseline (" + o.fallback + ")";
+  return o.timedOut || o.budgetEnded ? ended + ": best plan so far" : "";
 }
 
 static Json rowJson(const SearchOutcome &o) {
@@ -37,7 +38,8 @@ static Json rowJson(const SearchOutcome &o) {
             {"collective_bytes", o.metrics.collectiveBytes},
             {"proposals", o.result.proposals},
             {"search_s", o.searchSeconds},
-            {"timed_out", o.timedOut}};
+            {"timed_out", o.timedOut},
+            {"budget_ended", o.budgetEnded}};
   if (!o.fallback.empty())
     j["fallback"] = o.fallback;
   return j;

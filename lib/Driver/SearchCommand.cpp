@@ -29,11 +29,13 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
                                 out->searchSeconds);
   if (out->result.provenOptimal)
     how += ", proven optimal";
+  const char *ended = out->budgetEnded ? "budget ended" : "timed out";
+  const std::string &limit = out->budgetEnded ? d.budget : d.timeout;
   if (!out->fallback.empty())
-    how += fmt::format(", timed out after {}: the fastest baseline ({})",
-                       d.timeout, out->fallback);
-  else if (out->timedOut)
-    how += fmt::format(", timed out after {}: the best plan so far", d.timeout);
+    how += fmt::format(", {} after {}: the fastest baseline ({})", ended, limit,
+                       out->fallback);
+  else if (out->timedOut || out->budgetEnded)
+    how += fmt::format(", {} after {}: the best plan so far", ended, limit);
   llvm::outs() << fmt::format(
       "searcher: {} ({})\n"
       "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"

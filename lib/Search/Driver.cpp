@@ -69,10 +69,20 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
   out.searcher = searcher.str();
   auto t0 = std::chrono::steady_clock::now();
   SearchOptions o = options;
+  auto after = [&](double seconds) {
+    return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(seconds));
+  };
   if (o.timeoutSeconds > 0)
-    o.deadline =
-        t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                 std::chrono::duration<double>(o.timeoutSeconds));
+    o.deadline = after(o.timeoutSeconds);
+  // A time budget for a searcher without one of its own ends it as a
+  // deadline does.
+  bool budgetFirst = false;
+  if (o.budget.seconds > 0 && !info->readsTimeBudget &&
+      (o.timeoutSeconds <= 0 || o.budget.seconds < o.timeoutSeconds)) {
+    o.deadline = after(o.budget.seconds);
+    budgetFirst = true;
+  }
   auto r = info->create()->search(p, o);
   if (!r) {
     llvm::Error rest = llvm::handleErrors(
@@ -80,9 +90,12 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
           auto b = fastestBaseline(p, searcher);
           if (!b)
             return b.takeError();
-          spdlog::warn("{}: timed out after {:g} s with no strategy; "
+          spdlog::warn("{}: {} after {:g} s with no strategy; "
                        "returning the fastest baseline that fits ({})",
-                       searcher.str(), o.timeoutSeconds, b->first);
+                       searcher.str(),
+                       budgetFirst ? "its time budget ended" : "timed out",
+                       budgetFirst ? o.budget.seconds : o.timeoutSeconds,
+                       b->first);
           out.fallback = b->first;
           out.result.strategy = std::move(b->second);
           out.result.timedOut = true;
@@ -93,7 +106,8 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
   } else {
     out.result = std::move(*r);
   }
-  out.timedOut = out.result.timedOut;
+  out.timedOut = out.result.timedOut && !budgetFirst;
+  out.budgetEnded = out.result.timedOut && budgetFirst;
   out.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();

@@ -337,7 +337,8 @@ void registerExhaustiveSearcher(SearcherRegistry &r) {
   r.add({"exhaustive",
          "exact branch and bound over every op's configurations (small "
          "graphs); says when the budget ends before optimality is proven",
-         [] { return std::make_unique<Exhaustive>(); }});
+         [] { return std::make_unique<Exhaustive>(); },
+         /*readsTimeBudget=*/true});
 }
 
 } // namespace soap

@@ -520,7 +520,8 @@ public:
 void registerMcmcSearcher(SearcherRegistry &r) {
   r.add({"mcmc",
          "FlexFlow's MCMC search over the SOAP space with delta simulation",
-         [] { return std::make_unique<McmcSearcher>(); }});
+         [] { return std::make_unique<McmcSearcher>(); },
+         /*readsTimeBudget=*/true});
 }
 
 } // namespace soap

@@ -24,6 +24,9 @@ struct SearchOutcome {
   /// best so far, or (with `fallback` set) the fastest baseline that fits
   /// because the searcher had nothing yet.
   bool timedOut = false;
+  /// Like timedOut, but what ended was a time budget (--budget 30s) of a
+  /// searcher that has no budget of its own (ft, kcuts, pipeline, ...).
+  bool budgetEnded = false;
   std::string fallback;
   double speedup() const {
     return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime : 0;

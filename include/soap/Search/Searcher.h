@@ -115,6 +115,9 @@ struct SearcherInfo {
   std::string name;
   std::string description;
   std::function<std::unique_ptr<Searcher>()> create;
+  /// The searcher stops at a time budget (--budget 30s) itself; for the
+  /// others runSearch turns it into a deadline, as --timeout.
+  bool readsTimeBudget = false;
 };
 
 class SearcherRegistry {

@@ -521,8 +521,24 @@ void Runner::syncWeights() {
     if (it == weights_.end())
       continue;
     std::vector<float> &data = it->second;
-    std::vector<bool> done(data.size(), false);
     float lr = static_cast<float>(opts_.learningRate);
+    size_t mine = 0;
+    for (const auto &wd : want)
+      mine += std::get<0>(wd) == me_;
+    if (mine == 1) {
+      // One box: every element of it once, no bookkeeping.
+      for (size_t d = 0; d < want.size(); ++d)
+        if (std::get<0>(want[d]) == me_)
+          exec::forEachIndexRun(grads[d].box, weightShape(g_, w),
+                                [&](int64_t flat, int64_t off, int64_t n) {
+                                  const float *gp = grads[d].data.data() + off;
+                                  float *wp = data.data() + flat;
+                                  for (int64_t k = 0; k < n; ++k)
+                                    wp[k] -= lr * gp[k];
+                                });
+      continue;
+    }
+    std::vector<bool> done(data.size(), false);
     for (size_t d = 0; d < want.size(); ++d) {
       if (std::get<0>(want[d]) != me_)
         continue;

@@ -27,6 +27,9 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
   const SimMetrics &m = out->metrics;
   std::string how = fmt::format("{} proposals, {:.2f} s", out->result.proposals,
                                 out->searchSeconds);
+  if (out->result.proposals > 0 && out->searchSeconds > 0)
+    how += fmt::format(", {:.0f} proposals/s",
+                       double(out->result.proposals) / out->searchSeconds);
   if (out->result.provenOptimal)
     how += ", proven optimal";
   const char *ended = out->budgetEnded ? "budget ended" : "timed out";

@@ -180,6 +180,44 @@ llvm::Error Topology::finalize() {
   size_t n = devices_.size();
   if (n == 0)
     return inputError("topology has no devices");
+  // Non-blocking links. Levels: GPUs, then node switches and CPUs, NICs,
+  // rack switches, the spine. A link going up carries at most what the
+  // lower-level links into its tail bring; one going down at most what
+  // the lower-level links out of its head take away. Bounding by lower
+  // levels only keeps two fat links from each excusing the other.
+  auto level = [&](VertexId v) {
+    switch (vertices_[v].kind) {
+    case VertexKind::Device:
+      return 0;
+    case VertexKind::NVSwitch:
+    case VertexKind::PcieSwitch:
+    case VertexKind::Cpu:
+      return 1;
+    case VertexKind::Nic:
+      return 2;
+    case VertexKind::NetworkSwitch:
+      return 3;
+    case VertexKind::Spine:
+      return 4;
+    }
+    return 0;
+  };
+  std::vector<double> fromBelow(vertices_.size(), 0),
+      toBelow(vertices_.size(), 0);
+  for (const Link &l : links_) {
+    if (level(l.from) < level(l.to))
+      fromBelow[l.to] += l.bandwidthBytesPerSec;
+    else if (level(l.to) < level(l.from))
+      toBelow[l.from] += l.bandwidthBytesPerSec;
+  }
+  nonBlocking_.assign(links_.size(), 0);
+  for (const Link &l : links_) {
+    int a = level(l.from), b = level(l.to);
+    double bound = a < b   ? (a > 0 ? fromBelow[l.from] : 0)
+                   : b < a ? (b > 0 ? toBelow[l.to] : 0)
+                           : 0;
+    nonBlocking_[l.id] = bound > 0 && l.bandwidthBytesPerSec >= bound;
+  }
   routes_.assign(n * n, {});
   pathBandwidth_.assign(n * n, std::numeric_limits<double>::infinity());
   pathLatency_.assign(n * n, 0.0);

@@ -23,7 +23,13 @@ struct QItem {
 };
 } // namespace
 
-Simulator::Simulator(TaskGraph &tg) : tg_(tg) {}
+Simulator::Simulator(TaskGraph &tg) : tg_(tg) {
+  const Topology &topo = tg.context().topo;
+  size_t n = topo.numDevices();
+  exclusive_.assign(tg.numResources(), 1);
+  for (size_t r = n; r < exclusive_.size(); ++r)
+    exclusive_[r] = !topo.nonBlocking(LinkId(r - n));
+}
 
 void Simulator::run(uint32_t seq, std::vector<TaskId> initial) {
   std::vector<Task> &tasks = tg_.tasks();
@@ -37,14 +43,15 @@ void Simulator::run(uint32_t seq, std::vector<TaskId> initial) {
     Task &t = tasks[item.id];
     Seconds start = t.ready;
     for (uint32_t r : t.resources)
-      if (!resourceLog_[r].empty())
+      if (exclusive_[r] && !resourceLog_[r].empty())
         start = std::max(start, resourceLog_[r].back().second);
     t.start = start;
     t.end = start + t.exe;
     t.seq = seq++;
     t.simulated = true;
     for (uint32_t r : t.resources)
-      resourceLog_[r].push_back({t.seq, t.end});
+      if (exclusive_[r])
+        resourceLog_[r].push_back({t.seq, t.end});
     order_.push_back(item.id);
     orderReady_.push_back(t.ready);
     prefixMaxEnd_.push_back(

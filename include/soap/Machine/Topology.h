@@ -154,6 +154,15 @@ public:
   double pathBandwidth(DeviceId a, DeviceId b) const {
     return pathBandwidth_[size_t(a) * devices_.size() + b];
   }
+  /// Whether directed link `l` can never be a bottleneck: going up the
+  /// hierarchy (GPU, node switch, NIC, rack switch, spine) it carries at
+  /// least what the lower-level links into its tail can bring together;
+  /// going down, what the lower-level links out of its head can take (a
+  /// non-blocking rack uplink of a fat tree: every NIC of the rack at full
+  /// rate). Every transfer through it also crosses the links that bound
+  /// it, so the simulator does not make transfers wait for one another on
+  /// it. Links of a GPU never qualify.
+  bool nonBlocking(LinkId l) const { return nonBlocking_[l] != 0; }
   /// Sum of link latencies over route(a, b); 0 for a == b.
   Seconds pathLatency(DeviceId a, DeviceId b) const {
     return pathLatency_[size_t(a) * devices_.size() + b];
@@ -173,6 +182,7 @@ private:
   std::vector<Vertex> vertices_;
   std::vector<Link> links_;
   std::vector<std::vector<LinkId>> outLinks_; ///< per vertex
+  std::vector<uint8_t> nonBlocking_;          ///< per directed link
   std::vector<DeviceInfo> devices_;
   std::vector<std::string> switchGroupNames_;
   size_t numNodes_ = 0, numRacks_ = 0;

@@ -79,6 +79,9 @@ private:
   std::vector<Seconds> orderReady_, prefixMaxEnd_;
   /// Per resource: (seq, end) of the tasks it ran, in order.
   std::vector<std::vector<std::pair<uint32_t, Seconds>>> resourceLog_;
+  /// Per resource: whether tasks on it wait for one another (devices and
+  /// links; not the links Topology::nonBlocking names).
+  std::vector<uint8_t> exclusive_;
   std::vector<uint32_t> remaining_;
   size_t lastResimulated_ = 0;
 

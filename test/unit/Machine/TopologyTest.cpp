@@ -317,3 +317,38 @@ TEST_CASE("hand-built topologies: routes, and devices without one",
         std::vector<std::vector<DeviceId>>{{0, 1}, {2}});
   CHECK(t.groupOf(2, Level::Switch) == 1);
 }
+
+TEST_CASE("non-blocking links: a rack uplink that carries all its NICs",
+          "[Machine]") {
+  auto uplinks = [](const Topology &t, bool nonBlocking) {
+    size_t n = 0;
+    for (const Link &l : t.links())
+      n += l.cls == LinkClass::Uplink && t.nonBlocking(l.id) == nonBlocking;
+    return n;
+  };
+  // dgx-h100-128: 32 nodes x 8 NICs x 400 Gb/s = 102.4 Tb/s per rack, the
+  // uplink's bandwidth: never the bottleneck, in either direction.
+  Topology big = loadExample("dgx-h100-128");
+  CHECK(uplinks(big, true) == 8);
+  CHECK(uplinks(big, false) == 0);
+  // A NIC's own network link and every link of a GPU stay contended.
+  for (const Link &l : big.links()) {
+    bool gpu = big.vertices()[l.from].kind == VertexKind::Device ||
+               big.vertices()[l.to].kind == VertexKind::Device;
+    bool nicOut = big.vertices()[l.from].kind == VertexKind::Nic &&
+                  big.vertices()[l.to].kind == VertexKind::NetworkSwitch;
+    if (gpu || nicOut)
+      CHECK(!big.nonBlocking(l.id));
+  }
+  // Oversubscribed 2:1 (4 nodes x 4 NICs x 400 Gb/s into 3.2 Tb/s): the
+  // uplinks out of the racks contend.
+  Json doc = nvswitchDoc(8);
+  doc["racks"] = {{"nodes_per_rack", 4},
+                  {"uplink_bandwidth_gbps", 3200},
+                  {"uplink_latency_us", 0.5}};
+  Topology over = mustParse(doc);
+  CHECK(uplinks(over, false) > 0);
+  doc["racks"]["uplink_bandwidth_gbps"] = 6400;
+  Topology full = mustParse(doc);
+  CHECK(uplinks(full, false) == 0);
+}

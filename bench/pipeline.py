@@ -25,6 +25,20 @@ def shape(plan):
             f"{p.get('schedule', '')}")
 
 
+def merge_rows(path, rows):
+    """`rows` with the rows of `path` (a previous run) that they do not
+    replace, keyed by (model, searcher), sorted; makes path's directory."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    old = {}
+    if os.path.exists(path):
+        # Rows of searchers not run this time are kept from the last run.
+        for r in json.load(open(path)).get("rows", []):
+            old[(r["model"], r["searcher"])] = r
+    for r in rows:
+        old[(r["model"], r["searcher"])] = r
+    return [old[k] for k in sorted(old)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--topology", default="examples/topologies/dgx-h100-8.json")
@@ -78,15 +92,7 @@ def main():
                 print(f"{model:<12}{s:<10}{'-':>11}{'-':>11}{'-':>10}"
                       f"{'':>10}  exit {p.returncode}: {row['error'][:70]}")
             rows.append(row)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    old = {}
-    if os.path.exists(a.out):
-        # Rows of searchers not run this time are kept from the last run.
-        for r in json.load(open(a.out)).get("rows", []):
-            old[(r["model"], r["searcher"])] = r
-    for r in rows:
-        old[(r["model"], r["searcher"])] = r
-    rows = [old[k] for k in sorted(old)]
+    rows = merge_rows(a.out, rows)
     with open(a.out, "w") as f:
         json.dump({"topology": a.topology, "devices": devices, "batch": batch,
                    "rows": rows}, f, indent=2)

@@ -10,6 +10,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
+#include <new>
 
 using namespace soap;
 namespace cl = llvm::cl;
@@ -325,6 +326,8 @@ static DriverOptions driverOptions() {
   return o;
 }
 
+static int dispatch(const DriverOptions &o);
+
 int main(int argc, char **argv) {
   if (cl::Option *llvmThreads =
           cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
@@ -371,6 +374,21 @@ int main(int argc, char **argv) {
     return static_cast<int>(ExitCode::InvalidInput);
   setupLogging(quiet ? -1 : verbose ? 1 : 0);
   DriverOptions o = driverOptions();
+  // A search whose task graphs outgrow the machine's memory (mcmc on
+  // 1,024 GPUs keeps one per chain and start) ends with one line, not an
+  // abort.
+  try {
+    return dispatch(o);
+  } catch (const std::bad_alloc &) {
+    llvm::errs() << "soapc: error: out of memory: the task graphs of this "
+                    "model on this topology do not fit in this machine's "
+                    "RAM; try a searcher that builds fewer (data, megatron, "
+                    "pipeline) or fewer --chains\n";
+    return static_cast<int>(ExitCode::Internal);
+  }
+}
+
+static int dispatch(const DriverOptions &o) {
   llvm::Error err = llvm::Error::success();
   if (dumpCmd)
     err = runDump(o);

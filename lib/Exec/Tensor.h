@@ -183,24 +183,7 @@ public:
         for (size_t o = 0; o < n; ++o)
           offs[o] = offsetAt(ops_[o], vals[o]);
         f(offs.data(), mstep.data(), extent);
-        size_t l = m;
-        bool done = true;
-        while (l > 0) {
-          --l;
-          if (++i[l] < tile.hi[l]) {
-            for (size_t o = 0; o < n; ++o)
-              for (size_t d = 0; d < ops_[o].dims.size(); ++d)
-                vals[o][d] += ops_[o].dims[d].coeff[l];
-            done = false;
-            break;
-          }
-          int64_t back = tile.hi[l] - 1 - tile.lo[l];
-          for (size_t o = 0; o < n; ++o)
-            for (size_t d = 0; d < ops_[o].dims.size(); ++d)
-              vals[o][d] -= ops_[o].dims[d].coeff[l] * back;
-          i[l] = tile.lo[l];
-        }
-        if (done)
+        if (!advance(tile, m, i, vals))
           return;
       }
     }
@@ -239,30 +222,34 @@ public:
           for (size_t d = 0; d < ops_[o].dims.size(); ++d)
             vals[o][d] -= ops_[o].dims[d].coeff[last] * extent;
       }
-      // Advance the outer loops (odometer, last outer loop fastest).
-      size_t l = last;
-      bool done = true;
-      while (l > 0) {
-        --l;
-        if (++i[l] < tile.hi[l]) {
-          for (size_t o = 0; o < n; ++o)
-            for (size_t d = 0; d < ops_[o].dims.size(); ++d)
-              vals[o][d] += ops_[o].dims[d].coeff[l];
-          done = false;
-          break;
-        }
-        int64_t back = tile.hi[l] - 1 - tile.lo[l];
-        for (size_t o = 0; o < n; ++o)
-          for (size_t d = 0; d < ops_[o].dims.size(); ++d)
-            vals[o][d] -= ops_[o].dims[d].coeff[l] * back;
-        i[l] = tile.lo[l];
-      }
-      if (done)
+      if (!advance(tile, last, i, vals))
         return;
     }
   }
 
 private:
+  /// Steps loops [0, outer) of `tile` like an odometer (loop outer - 1
+  /// fastest), keeping every operand's dim values `vals` in step; false
+  /// once every point has been visited.
+  bool advance(const Box &tile, size_t outer, std::vector<int64_t> &i,
+               std::vector<std::vector<int64_t>> &vals) const {
+    size_t n = ops_.size();
+    for (size_t l = outer; l-- > 0;) {
+      if (++i[l] < tile.hi[l]) {
+        for (size_t o = 0; o < n; ++o)
+          for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+            vals[o][d] += ops_[o].dims[d].coeff[l];
+        return true;
+      }
+      int64_t back = tile.hi[l] - 1 - tile.lo[l];
+      for (size_t o = 0; o < n; ++o)
+        for (size_t d = 0; d < ops_[o].dims.size(); ++d)
+          vals[o][d] -= ops_[o].dims[d].coeff[l] * back;
+      i[l] = tile.lo[l];
+    }
+    return false;
+  }
+
   static int64_t floorDivI(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0)))

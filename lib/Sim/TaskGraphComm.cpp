@@ -466,11 +466,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     }
     // The optimizer step: read the gradient, state and weight; write state
     // and weight — of the whole shard, or of 1/D of it under ZeRO.
-    Seconds upd =
-        static_cast<double>(part(bytes / eb, 1) *
-                            weightBytes(wv.dtype, ctx_->optimizer).update()) /
-            bw +
-        ctx_->cost.device().launchOverhead;
+    Seconds upd = static_cast<double>(part(bytes / eb, 1) * per.update()) / bw +
+                  ctx_->cost.device().launchOverhead;
     std::vector<TaskId> updates;
     for (DeviceId d : devs) {
       Task u;

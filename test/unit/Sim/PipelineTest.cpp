@@ -123,38 +123,15 @@ TEST_CASE("delta simulation equals full simulation under a pipeline",
       c.devices.clear();
       for (int64_t k = 0; k < tiles; ++k)
         c.devices.push_back(DeviceId(st * 4 + k));
-      auto t = sim.apply(o, c);
-      if (!t)
-        FAIL(errorMessage(t.takeError()));
-      bool undo = rng.uniform(2) == 0;
-      if (undo) {
-        REQUIRE(!sim.undo());
-        *t = sim.iterationTime();
-      } else {
-        s.configs[size_t(o)] = c;
-      }
-      auto fresh = TaskGraph::build(f.ctx, s);
-      if (!fresh)
-        FAIL(errorMessage(fresh.takeError()));
-      Simulator full(*fresh);
-      INFO("step " << step << " op " << f.g->op(o).name << " " << c.str(sem)
-                   << (undo ? " (undone)" : ""));
-      REQUIRE(*t == full.simulateFull());
-      for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
-        REQUIRE(tg->memory()[d].saved == fresh->memory()[d].saved);
-        REQUIRE(tg->memory()[d].buffers == fresh->memory()[d].buffers);
-        REQUIRE(tg->memory()[d].total() == fresh->memory()[d].total());
-      }
+      INFO("step " << step);
+      f.checkDelta(sim, *tg, s, o, c, rng.uniform(2) == 0);
     }
   }
 }
 
 TEST_CASE("verifyStrategy refuses malformed pipelines", "[Sim][pipeline]") {
   Fixture f("mlp_small", 64, "dgx-h100-1");
-  auto error = [&](const Strategy &s) {
-    llvm::Error e = verifyStrategy(s, *f.g, f.topo);
-    return e ? errorMessage(std::move(e)) : std::string();
-  };
+  auto error = [&](const Strategy &s) { return f.verifyError(s); };
   Strategy s = f.pipelined(2, 4, PipelineSchedule::OneFOneB, 2);
   CHECK(error(s).empty());
   Strategy back = s;
@@ -218,26 +195,9 @@ TEST_CASE("delta simulation equals full simulation with recomputation",
   Rng rng(11, "recompute-delta");
   for (int step = 0; step < 30; ++step) {
     OpId o = OpId(rng.uniform(f.g->numOps()));
-    const OpSemantics &sem = f.g->op(o).sem;
-    int32_t st = s.pipeline.stage(o);
-    OpConfig c = OpConfig::single(sem, DeviceId(st * 8));
-    int32_t ds = int32_t(1) << rng.uniform(4);
-    c.degree[0] = ds;
-    c.devices.clear();
-    for (int32_t k = 0; k < ds; ++k)
-      c.devices.push_back(DeviceId(st * 8 + k));
-    auto t = sim.apply(o, c);
-    if (!t)
-      FAIL(errorMessage(t.takeError()));
-    s.configs[size_t(o)] = c;
-    auto fresh = TaskGraph::build(f.ctx, s);
-    if (!fresh)
-      FAIL(errorMessage(fresh.takeError()));
-    Simulator full(*fresh);
-    REQUIRE(*t == full.simulateFull());
-    for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
-      REQUIRE(tg->memory()[d].saved == fresh->memory()[d].saved);
-      REQUIRE(tg->memory()[d].workspace == fresh->memory()[d].workspace);
-    }
+    OpConfig c = f.sampleSplit(o, DeviceId(s.pipeline.stage(o) * 8),
+                               int32_t(1) << rng.uniform(4));
+    INFO("step " << step);
+    f.checkDelta(sim, *tg, s, o, c, false);
   }
 }

@@ -42,6 +42,56 @@ struct Fixture {
     return s;
   }
 
+  /// Op `o`'s sample loop split `degree` ways on devices first, first + 1,
+  /// ...
+  OpConfig sampleSplit(OpId o, DeviceId first, int32_t degree) const {
+    OpConfig c = OpConfig::single(g->op(o).sem, first);
+    c.degree[0] = degree;
+    c.devices.clear();
+    for (int32_t k = 0; k < degree; ++k)
+      c.devices.push_back(first + DeviceId(k));
+    return c;
+  }
+
+  /// verifyStrategy's message for `s`, or "" when it verifies.
+  std::string verifyError(const Strategy &s) const {
+    llvm::Error e = verifyStrategy(s, *g, topo);
+    return e ? errorMessage(std::move(e)) : std::string();
+  }
+
+  /// Applies `c` to op `o` through `sim` (a delta simulation of `tg`),
+  /// keeps it in `s` or undoes it, and checks the iteration time and every
+  /// device's memory against a full simulation of a fresh graph of `s`.
+  void checkDelta(Simulator &sim, const TaskGraph &tg, Strategy &s, OpId o,
+                  const OpConfig &c, bool undo) {
+    auto t = sim.apply(o, c);
+    if (!t)
+      FAIL(errorMessage(t.takeError()));
+    if (undo) {
+      REQUIRE(!sim.undo());
+      *t = sim.iterationTime();
+    } else {
+      s.configs[size_t(o)] = c;
+    }
+    auto fresh = TaskGraph::build(ctx, s);
+    if (!fresh)
+      FAIL(errorMessage(fresh.takeError()));
+    Simulator full(*fresh);
+    INFO("op " << g->op(o).name << " " << c.str(g->op(o).sem)
+               << (undo ? " (undone)" : ""));
+    REQUIRE(*t == full.simulateFull());
+    for (DeviceId d = 0; d < topo.numDevices(); ++d) {
+      const TaskGraph::DeviceMemory &a = tg.memory()[d],
+                                    &b = fresh->memory()[d];
+      REQUIRE(a.weights == b.weights);
+      REQUIRE(a.gradients == b.gradients);
+      REQUIRE(a.optimizer == b.optimizer);
+      REQUIRE(a.saved == b.saved);
+      REQUIRE(a.buffers == b.buffers);
+      REQUIRE(a.workspace == b.workspace);
+    }
+  }
+
   SimMetrics run(const Strategy &s) {
     auto tg = TaskGraph::build(ctx, s);
     if (!tg)

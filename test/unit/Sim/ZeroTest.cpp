@@ -132,36 +132,10 @@ TEST_CASE("delta simulation equals full simulation under ZeRO", "[Sim][zero]") {
     Rng rng(13, "zero-delta");
     for (int step = 0; step < 30; ++step) {
       OpId o = OpId(rng.uniform(f.g->numOps()));
-      const OpSemantics &sem = f.g->op(o).sem;
-      int32_t st = s.pipeline.stage(o);
-      OpConfig c = OpConfig::single(sem, DeviceId(st * 8));
-      int32_t ds = int32_t(1) << rng.uniform(4);
-      c.degree[0] = ds;
-      c.devices.clear();
-      for (int32_t k = 0; k < ds; ++k)
-        c.devices.push_back(DeviceId(st * 8 + k));
-      auto t = sim.apply(o, c);
-      if (!t)
-        FAIL(errorMessage(t.takeError()));
-      bool undo = rng.uniform(3) == 0;
-      if (undo) {
-        REQUIRE(!sim.undo());
-        *t = sim.iterationTime();
-      } else {
-        s.configs[size_t(o)] = c;
-      }
-      auto fresh = TaskGraph::build(f.ctx, s);
-      if (!fresh)
-        FAIL(errorMessage(fresh.takeError()));
-      Simulator full(*fresh);
-      INFO("ZeRO-" << stage << " step " << step << " op " << f.g->op(o).name
-                   << " " << c.str(sem) << (undo ? " (undone)" : ""));
-      REQUIRE(*t == full.simulateFull());
-      for (DeviceId d = 0; d < f.topo.numDevices(); ++d) {
-        REQUIRE(tg->memory()[d].weights == fresh->memory()[d].weights);
-        REQUIRE(tg->memory()[d].optimizer == fresh->memory()[d].optimizer);
-        REQUIRE(tg->memory()[d].total() == fresh->memory()[d].total());
-      }
+      OpConfig c = f.sampleSplit(o, DeviceId(s.pipeline.stage(o) * 8),
+                                 int32_t(1) << rng.uniform(4));
+      INFO("ZeRO-" << stage << " step " << step);
+      f.checkDelta(sim, *tg, s, o, c, rng.uniform(3) == 0);
     }
   }
 }
@@ -190,10 +164,7 @@ TEST_CASE("ZeRO needs a data-parallel group and weights", "[Sim][zero]") {
   CHECK(idle.zero.empty());
   Strategy dp = f.pipelined(1, 1, PipelineSchedule::OneFOneB, 8);
   CHECK(hasDataParallelGroup(*f.g, dp, weighted));
-  auto error = [&](const Strategy &s) {
-    llvm::Error e = verifyStrategy(s, *f.g, f.topo);
-    return e ? errorMessage(std::move(e)) : std::string();
-  };
+  auto error = [&](const Strategy &s) { return f.verifyError(s); };
   Strategy bad = dp;
   bad.zero.assign(f.g->numOps(), 0);
   bad.zero[size_t(plain)] = 1;

@@ -17,10 +17,10 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
     size_t src;
     Box region;
     bool remote;
-    std::vector<float> recv;
+    FloatVec recv;
   };
   std::vector<std::vector<Piece>> pieces(dsts.size());
-  std::vector<std::vector<float>> sendBufs;
+  std::vector<FloatVec> sendBufs;
   std::vector<int> sendPeers, sendTags;
   std::vector<std::pair<size_t, size_t>> recvPieces;
   std::vector<int> recvPeers, recvTags;
@@ -53,7 +53,7 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
       }
       if (dst.rank == me) {
         pieces[d].push_back(
-            {si, inter, true, std::vector<float>(inter.volume())});
+            {si, inter, true, FloatVec(size_t(inter.volume()))});
         recvPieces.push_back({d, pieces[d].size() - 1});
         recvPeers.push_back(sender);
         recvTags.push_back(t);

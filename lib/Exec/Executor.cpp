@@ -4,9 +4,9 @@
 // that read it and takes an SGD step on the elements it holds.
 #include "soap/Exec/Executor.h"
 
-#include "Assemble.h"
+#include "ElementwiseFn.h"
 #include "Gemm.h"
-#include "Kernels.h"
+#include "Runner.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
 #include "soap/Support/Rng.h"
@@ -14,6 +14,7 @@
 #include "llvm/Support/Path.h"
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <limits>
@@ -42,14 +43,15 @@ llvm::Error ExecOptions::validate() const {
     return inputError("--steps must be at least 1, got {}", steps);
   if (threads < 0)
     return inputError("--threads must be at least 1, got {}", threads);
+  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam")
+    return inputError("optimizer '{}': soap-run runs sgd, momentum or adam",
+                      optimizer);
   if (!(learningRate > 0) || !std::isfinite(learningRate))
     return inputError("--lr must be a positive number, got {}", learningRate);
   return llvm::Error::success();
 }
 
-/// The shape a weight is addressed in: its users' view where they share
-/// one (checkExecutable refuses others), else its own.
-static const std::vector<int64_t> &weightShape(const Graph &g, const Value &w) {
+const std::vector<int64_t> &exec::weightShape(const Graph &g, const Value &w) {
   for (OpId u : w.users) {
     const Op &op = g.op(u);
     for (size_t i = 0; i < op.inputs.size(); ++i)
@@ -74,7 +76,7 @@ llvm::Error checkExecutable(const Graph &g) {
       // it; activations move between ops in their own shape.
       if (op.sem.inputs[i].isView &&
           (v.kind != ValueKind::Weight ||
-           weightShape(g, v) != op.sem.inputs[i].shape))
+           exec::weightShape(g, v) != op.sem.inputs[i].shape))
         return inputError("{}: operand {} is addressed through a view; "
                           "soap-run does not run it",
                           g.where(op.id), i);
@@ -97,89 +99,23 @@ llvm::Error checkExecutable(const Graph &g) {
   return llvm::Error::success();
 }
 
-namespace {
+namespace exec {
 
-using exec::Buf;
-using exec::Combine;
-using exec::Dst;
-using exec::Src;
-using exec::Task;
+namespace {
 
 bool contains(const std::vector<int> &v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-class Runner : public exec::StatsExchange {
-public:
-  Runner(const Graph &g, const Strategy &s, Comm &comm, const ExecOptions &opts)
-      : g_(g), s_(s), comm_(comm), opts_(opts), me_(comm.rank()) {}
+/// Whether `o` saves its input `i` (or output `i`) for backward.
+bool saves(const Op &o, int i, bool output) {
+  for (const SavedOperand &so : o.sem.saved)
+    if (so.isOutput == output && so.index == i)
+      return true;
+  return false;
+}
 
-  llvm::Expected<std::vector<StepResult>> run();
-
-  void allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
-                 Combine c) override;
-  void allGather(const std::vector<bool> &keep, int wide,
-                 std::vector<Buf *> &rows, bool partial) override;
-
-private:
-  struct OpPlan {
-    std::vector<Box> tiles;
-    std::vector<std::vector<Box>> inReg, outReg; // [operand][tile]
-    std::vector<int> localTask;                  // per tile, -1 if none
-  };
-
-  std::vector<int> ranksOf(OpId o, int64_t k) const {
-    const OpConfig &c = s_.configs[o];
-    std::vector<int> r;
-    for (int32_t x = 0; x < c.replicas; ++x)
-      r.push_back(static_cast<int>(c.device(k, x)));
-    return r;
-  }
-  /// The current micro-batch's plan and tasks of op `o`.
-  const OpPlan &plan(OpId o) const { return plans_[size_t(mb_)][size_t(o)]; }
-  std::vector<Task> &tasks(OpId o) { return tasks_[size_t(mb_)][size_t(o)]; }
-  const Task *localTask(OpId o, int64_t k) const {
-    int t = plan(o).localTask[k];
-    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
-  }
-  Task *localTask(OpId o, int64_t k) {
-    int t = plan(o).localTask[k];
-    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
-  }
-
-  void assemble(const std::vector<Src> &srcs, const std::vector<Dst> &dsts,
-                Combine c) {
-    exec::assemble(comm_, srcs, dsts, c);
-  }
-  void setUp();
-  void initWeights();
-  void fillLocal(const Value &v, const Box &box, Buf &out);
-  void forward(OpId o);
-  void backward(OpId o);
-  void syncWeights();
-  double gatherLoss();
-  llvm::Error dumpWeights();
-  llvm::Error backendError(OpId o) const {
-    std::string e = exec::takeBackendError();
-    if (e.empty())
-      return llvm::Error::success();
-    return internalError("{}: {} backend: {}", g_.where(o), opts_.backend, e);
-  }
-
-  const Graph &g_;
-  const Strategy &s_;
-  Comm &comm_;
-  const ExecOptions &opts_;
-  int me_;
-  int64_t step_ = 0;
-  OpId cur_ = -1;
-  int32_t mb_ = 0; ///< the micro-batch being run
-  /// Per micro-batch and op (one micro-batch without a pipeline).
-  std::vector<std::vector<OpPlan>> plans_;
-  std::vector<std::vector<std::vector<Task>>> tasks_;
-  std::map<ValueId, std::vector<float>> weights_; // full copies, by value
-  std::map<ValueId, int64_t> intRange_;           // integer inputs' range
-};
+} // namespace
 
 void Runner::allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
                        Combine c) {
@@ -281,58 +217,13 @@ void Runner::setUp() {
     if (op.kind == "Gather" && !op.sem.inputs[1].dims.empty())
       note(1, g_.value(op.inputs[0]).shape[0]);
   }
-}
-
-void Runner::initWeights() {
-  for (const Op &op : g_.ops()) {
-    if (tasks_[0][size_t(op.id)].empty())
-      continue;
-    for (ValueId v : op.inputs) {
-      if (v == kNoValue || g_.value(v).kind != ValueKind::Weight ||
-          weights_.count(v))
-        continue;
-      const Value &w = g_.value(v);
-      int64_t n = *w.shape.numElements();
-      // Uniform in +-1/sqrt(fan-in) for matrices and kernels; a norm's
-      // scale near 1; other vectors (biases) small.
-      bool scale = false;
-      for (OpId u : w.users) {
-        const Op &uo = g_.op(u);
-        if ((uo.kind == "BatchNormalization" ||
-             uo.kind == "LayerNormalization") &&
-            uo.input(1) == v)
-          scale = true;
-      }
-      double a = w.shape.rank() >= 2
-                     ? 1 / std::sqrt(static_cast<double>(n / w.shape[0]))
-                     : 0.1;
-      uint64_t stream = fnv1a(w.name);
-      std::vector<float> data(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        double u = 2 * hashUniform(opts_.seed, stream, i) - 1;
-        data[i] = static_cast<float>(scale ? 1 + 0.1 * u : a * u);
-      }
-      weights_[v] = std::move(data);
-    }
-  }
+  recomputed_.assign(size_t(m), std::vector<uint8_t>(g_.numOps(), 0));
 }
 
 void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
   out.reset(box);
-  // Row-major flat indices of a view equal the tensor's (an exact
-  // re-factoring), so a view's box indexes the same data.
-  const std::vector<int64_t> &shape =
-      v.kind == ValueKind::Weight ? weightShape(g_, v) : v.shape.dims;
+  const std::vector<int64_t> &shape = v.shape.dims;
   switch (v.kind) {
-  case ValueKind::Weight: {
-    const std::vector<float> &w = weights_.at(v.id);
-    exec::forEachIndexRun(box, shape,
-                          [&](int64_t flat, int64_t off, int64_t n) {
-                            std::copy(w.begin() + flat, w.begin() + flat + n,
-                                      out.data.begin() + off);
-                          });
-    break;
-  }
   case ValueKind::Constant:
     exec::forEachIndex(box, shape, [&](int64_t flat, int64_t off) {
       out.data[off] =
@@ -354,55 +245,193 @@ void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
     });
     break;
   }
-  default: // running statistics: unused by training-mode kernels
+  default: // weights are lent (lendWeights); running statistics are
+           // unused by training-mode kernels
     break;
   }
 }
 
-void Runner::forward(OpId o) {
+void Runner::gatherInput(OpId o, size_t i) {
+  const Value &v = g_.value(g_.op(o).inputs[i]);
+  const OpPlan &p = plan(o);
+  OpId prod = v.producer;
+  int j = v.producerOutput;
+  std::vector<Src> srcs;
+  for (size_t k = 0; k < plan(prod).tiles.size(); ++k) {
+    const Task *pt = localTask(prod, k);
+    srcs.push_back({plan(prod).outReg[j][k], ranksOf(prod, k),
+                    pt ? &pt->out[j] : nullptr});
+  }
+  std::vector<Dst> dsts;
+  for (size_t k = 0; k < p.tiles.size(); ++k)
+    for (int r : ranksOf(o, k)) {
+      Task *t = localTask(o, k);
+      dsts.push_back({p.inReg[i][k], r, r == me_ ? &t->in[i] : nullptr});
+    }
+  assemble(srcs, dsts, Combine::Sum);
+}
+
+/// What a recomputed op keeps of input `i` through its backward: the
+/// activations that kept ops (or the graph's inputs) gave it, which its
+/// forward reads again.
+static bool keptForRecompute(const Graph &g, const Strategy &s, const Op &op,
+                             size_t i) {
+  ValueId v = op.inputs[i];
+  if (v == kNoValue || !g.value(v).isActivationLike())
+    return false;
+  OpId p = g.value(v).producer;
+  return p < 0 || !s.recomputes(p);
+}
+
+void Runner::forward(OpId o, bool again) {
   cur_ = o;
   const Op &op = g_.op(o);
   const OpPlan &p = plan(o);
   std::vector<Task> &ts = tasks(o);
   for (Task &t : ts) {
-    t.in.assign(op.inputs.size(), Buf());
+    t.in.resize(op.inputs.size());
+    if (!again)
+      for (Buf &b : t.in)
+        b = Buf();
     t.out.assign(op.outputs.size(), Buf());
+    t.saved.clear();
+    release(t.arg);
   }
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     ValueId vid = op.inputs[i];
     if (vid == kNoValue)
       continue;
     const Value &v = g_.value(vid);
+    if (v.kind == ValueKind::Weight)
+      continue; // lent below
+    if (again && keptForRecompute(g_, s_, op, i))
+      continue;
     if (v.kind != ValueKind::Activation) {
       for (Task &t : ts)
         fillLocal(v, p.inReg[i][t.tile], t.in[i]);
       continue;
     }
-    OpId prod = v.producer;
-    int j = v.producerOutput;
-    std::vector<Src> srcs;
-    for (size_t k = 0; k < plan(prod).tiles.size(); ++k) {
-      const Task *pt = localTask(prod, k);
-      srcs.push_back({plan(prod).outReg[j][k], ranksOf(prod, k),
-                      pt ? &pt->out[j] : nullptr});
-    }
-    std::vector<Dst> dsts;
-    for (size_t k = 0; k < p.tiles.size(); ++k)
-      for (int r : ranksOf(o, k)) {
-        Task *t = localTask(o, k);
-        dsts.push_back({p.inReg[i][k], r, r == me_ ? &t->in[i] : nullptr});
-      }
-    assemble(srcs, dsts, Combine::Sum);
+    gatherInput(o, i);
   }
+  lendWeights(o);
   for (Task &t : ts)
     for (size_t j = 0; j < op.outputs.size(); ++j)
       if (op.outputs[j] != kNoValue)
         t.out[j].reset(p.outReg[j][t.tile]);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+  returnWeights(o);
+  if (!again)
+    dropAfterForward(o);
+}
+
+/// Whether `o` keeps output `j` from its forward to its backward.
+static bool keepsOutput(const Strategy &s, const Op &op, size_t j) {
+  if (op.kind == "SoftmaxCrossEntropyLoss" && j == 0)
+    return true; // the loss, read after the step
+  return !s.recomputes(op.id) && saves(op, int(j), true);
+}
+
+/// Ops whose backward kernel reads operands beyond what the semantics
+/// save (the generic element-wise loop reads every input and the output;
+/// pools and reductions read the output's size; LSTM its whole state), and
+/// every op of the CUDA backend: they keep all their operands.
+static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
+  if (opts.backend != "cpu")
+    return true;
+  llvm::StringRef k = op.kind;
+  if (auto fn = elemFnOf(op.kind))
+    return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu;
+  return k.contains("Pool") || k.startswith("Reduce") || k == "LSTM";
+}
+
+void Runner::dropAfterForward(OpId o) {
+  const Op &op = g_.op(o);
+  bool rc = s_.recomputes(o);
+  if (!rc && keepsAllOperands(op, opts_)) {
+    pendingDone(o);
+    return;
+  }
+  // What the op saves (DESIGN.md: the bytes saved for backward); a
+  // recomputed op keeps only the inputs its forward reads again.
+  for (Task &t : tasks(o)) {
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      // Integer operands (labels, indices) are read by backward too; the
+      // semantics count them as nothing saved.
+      ValueId v = op.inputs[i];
+      bool keep =
+          (v != kNoValue && !isFloating(g_.value(v).dtype)) ||
+          (rc ? keptForRecompute(g_, s_, op, i) : saves(op, int(i), false));
+      if (!keep)
+        t.in[i].drop();
+    }
+    if (rc) {
+      t.saved.clear();
+      release(t.arg);
+    }
+  }
+  pendingDone(o);
+}
+
+void Runner::pendingDone(OpId o) {
+  const Op &op = g_.op(o);
+  // Outputs nobody reads in the forward pass; and producers whose last
+  // consumer this was.
+  auto done = [&](OpId prod, size_t j) {
+    const Op &po = g_.op(prod);
+    if (po.kind == "Relu" && j == 0 && keepsOutput(s_, po, j) &&
+        opts_.backend == "cpu") {
+      // Kept as its 1-byte mask, as the semantics count it.
+      for (Task &t : tasks(prod)) {
+        t.mask.resize(t.out[0].data.size());
+        for (size_t k = 0; k < t.mask.size(); ++k)
+          t.mask[k] = t.out[0].data[k] > 0;
+        t.out[0].drop();
+      }
+      return;
+    }
+    if (keepsOutput(s_, po, j) ||
+        (!s_.recomputes(prod) && keepsAllOperands(po, opts_)))
+      return;
+    for (Task &t : tasks(prod))
+      if (j < t.out.size())
+        t.out[j].drop();
+  };
+  std::vector<std::vector<int>> &pend = pending_[size_t(mb_)];
+  for (size_t j = 0; j < op.outputs.size(); ++j)
+    if (op.outputs[j] != kNoValue && pend[size_t(o)][j] == 0)
+      done(o, j);
+  for (ValueId v : op.inputs) {
+    if (v == kNoValue || g_.value(v).kind != ValueKind::Activation)
+      continue;
+    OpId prod = g_.value(v).producer;
+    size_t j = size_t(g_.value(v).producerOutput);
+    if (--pend[size_t(prod)][j] == 0)
+      done(prod, j);
+  }
+}
+
+void Runner::recompute(OpId o) {
+  if (recomputed_[size_t(mb_)][size_t(o)])
+    return;
+  recomputed_[size_t(mb_)][size_t(o)] = 1;
+  const Op &op = g_.op(o);
+  // The recomputed producers' outputs first (their forwards again, kept
+  // until their own backward, which comes after this op's).
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    ValueId v = op.inputs[i];
+    if (v == kNoValue || g_.value(v).kind != ValueKind::Activation)
+      continue;
+    OpId p = g_.value(v).producer;
+    if (s_.recomputes(p))
+      recompute(p);
+  }
+  forward(o, true);
 }
 
 void Runner::backward(OpId o) {
+  if (s_.recomputes(o))
+    recompute(o);
   cur_ = o;
   const Op &op = g_.op(o);
   const OpPlan &p = plan(o);
@@ -410,10 +439,13 @@ void Runner::backward(OpId o) {
   for (Task &t : ts) {
     t.gout.assign(op.outputs.size(), Buf());
     t.gin.assign(op.inputs.size(), Buf());
-    for (size_t i = 0; i < op.inputs.size(); ++i)
-      if (op.inputs[i] != kNoValue && isFloating(g_.value(op.inputs[i]).dtype))
-        t.gin[i].reset(p.inReg[i][t.tile]);
   }
+  lendGradients(o);
+  for (Task &t : ts)
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] != kNoValue &&
+          isFloating(g_.value(op.inputs[i]).dtype) && t.gin[i].data.empty())
+        t.gin[i].reset(p.inReg[i][t.tile]);
   bool loss = op.kind == "SoftmaxCrossEntropyLoss";
   for (size_t j = 0; j < op.outputs.size(); ++j) {
     ValueId vid = op.outputs[j];
@@ -456,103 +488,116 @@ void Runner::backward(OpId o) {
               ut.gin[i] = Buf();
     }
   }
+  for (Task &t : ts)
+    if (!t.mask.empty()) {
+      // A Relu's backward reads only whether its output is positive.
+      t.out[0].data.resize(t.mask.size());
+      for (size_t k = 0; k < t.mask.size(); ++k)
+        t.out[0].data[k] = t.mask[k];
+      release(t.mask);
+    }
+  lendWeights(o);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   exec::findKernel(op.kind, opts_.backend)->backward(ctx);
+  returnWeights(o);
+  accumulateGradients(o);
   // Nothing after this op's backward reads its operands (its consumers
-  // have run both passes), only the gradients it gave its inputs and a
-  // loss's value: free the rest, so a step's memory peaks once.
+  // have run both passes), only the gradients it gave its activation
+  // inputs and a loss's value: free the rest, so a step's memory peaks
+  // once.
   for (Task &t : ts) {
     t.in.clear();
     t.gout.clear();
     t.saved.clear();
-    t.arg.clear();
+    release(t.arg);
     if (!loss)
       t.out.clear();
-  }
-}
-
-/// Every tile that read weight `w`, in op, operand and tile order.
-template <class F> void forEachWeightTile(const Graph &g, ValueId w, F f) {
-  std::set<OpId> users(g.value(w).users.begin(), g.value(w).users.end());
-  for (OpId u : users) {
-    const Op &op = g.op(u);
     for (size_t i = 0; i < op.inputs.size(); ++i)
-      if (op.inputs[i] == w)
-        f(u, static_cast<int>(i));
+      if (op.inputs[i] != kNoValue &&
+          g_.value(op.inputs[i]).kind != ValueKind::Activation)
+        t.gin[i] = Buf();
   }
 }
 
-void Runner::syncWeights() {
-  for (const Value &w : g_.values()) {
-    if (w.kind != ValueKind::Weight || w.users.empty())
-      continue;
-    std::vector<Src> srcs;
-    std::vector<Dst> dsts;
-    std::set<std::pair<int, std::vector<int64_t>>> seen;
-    std::vector<Buf> grads;
-    std::vector<std::tuple<int, Box>> want;
-    // Every micro-batch's gradient of every shard: summed by the
-    // assembly (gradient accumulation and synchronisation at once).
-    forEachWeightTile(g_, w.id, [&](OpId u, int i) {
-      for (mb_ = 0; mb_ < s_.pipeline.microBatches; ++mb_)
-        for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
-          const Task *t = localTask(u, k);
-          srcs.push_back(
-              {plan(u).inReg[i][k], ranksOf(u, k), t ? &t->gin[i] : nullptr});
-        }
-      mb_ = 0;
-      for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
-        const Box &b = plan(u).inReg[i][k];
-        for (int r : ranksOf(u, k)) {
-          std::vector<int64_t> key = b.lo;
-          key.insert(key.end(), b.hi.begin(), b.hi.end());
-          if (seen.insert({r, key}).second)
-            want.emplace_back(r, b);
-        }
-      }
-    });
-    grads.resize(want.size());
-    for (size_t d = 0; d < want.size(); ++d) {
-      int r = std::get<0>(want[d]);
-      dsts.push_back({std::get<1>(want[d]), r, r == me_ ? &grads[d] : nullptr});
-    }
-    assemble(srcs, dsts, Combine::Sum);
-    auto it = weights_.find(w.id);
-    if (it == weights_.end())
-      continue;
-    std::vector<float> &data = it->second;
-    float lr = static_cast<float>(opts_.learningRate);
-    size_t mine = 0;
-    for (const auto &wd : want)
-      mine += std::get<0>(wd) == me_;
-    if (mine == 1) {
-      // One box: every element of it once, no bookkeeping.
-      for (size_t d = 0; d < want.size(); ++d)
-        if (std::get<0>(want[d]) == me_)
-          exec::forEachIndexRun(grads[d].box, weightShape(g_, w),
-                                [&](int64_t flat, int64_t off, int64_t n) {
-                                  const float *gp = grads[d].data.data() + off;
-                                  float *wp = data.data() + flat;
-                                  for (int64_t k = 0; k < n; ++k)
-                                    wp[k] -= lr * gp[k];
-                                });
-      continue;
-    }
-    std::vector<bool> done(data.size(), false);
-    for (size_t d = 0; d < want.size(); ++d) {
-      if (std::get<0>(want[d]) != me_)
-        continue;
-      exec::forEachIndexRun(grads[d].box, weightShape(g_, w),
-                            [&](int64_t flat, int64_t off, int64_t n) {
-                              const float *g = grads[d].data.data() + off;
-                              for (int64_t k = 0; k < n; ++k)
-                                if (!done[flat + k]) {
-                                  data[flat + k] -= lr * g[k];
-                                  done[flat + k] = true;
-                                }
-                            });
-    }
+llvm::Error Runner::runItem(int32_t stage, bool backwardPass) {
+  const Pipeline &pipe = s_.pipeline;
+  auto one = [&](OpId o) -> llvm::Error {
+    if (pipe.stage(o) != stage)
+      return llvm::Error::success();
+    if (backwardPass)
+      backward(o);
+    else
+      forward(o);
+
+    return backendError(o);
+  };
+  if (!backwardPass) {
+    for (const Op &op : g_.ops())
+      if (auto err = one(op.id))
+        return err;
+  } else {
+    for (size_t o = g_.numOps(); o-- > 0;)
+      if (auto err = one(static_cast<OpId>(o)))
+        return err;
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Runner::runStep() {
+  const Pipeline &pipe = s_.pipeline;
+  int32_t S = pipe.numStages(), m = pipe.microBatches;
+  pending_.assign(size_t(m), std::vector<std::vector<int>>(g_.numOps()));
+  for (int32_t mb = 0; mb < m; ++mb) {
+    for (const Op &op : g_.ops())
+      pending_[size_t(mb)][size_t(op.id)].assign(op.outputs.size(), 0);
+    for (const Op &op : g_.ops())
+      for (ValueId v : op.inputs)
+        if (v != kNoValue && g_.value(v).kind == ValueKind::Activation)
+          ++pending_[size_t(mb)][size_t(g_.value(v).producer)]
+                    [size_t(g_.value(v).producerOutput)];
+    std::fill(recomputed_[size_t(mb)].begin(), recomputed_[size_t(mb)].end(),
+              0);
+  }
+  // Each stage's items in its schedule's order (all forwards then all
+  // backwards under GPipe; 1F1B's warm-up, steady state and drain), run
+  // as soon as the previous stage's forward (the next stage's backward)
+  // of the micro-batch has run: every stage holds the micro-batches its
+  // schedule holds, and every rank walks the same sequence.
+  std::vector<std::vector<std::pair<int32_t, bool>>> order(
+      static_cast<size_t>(S));
+  for (int32_t s = 0; s < S; ++s)
+    order[size_t(s)] = pipe.order(s);
+  std::vector<size_t> next(size_t(S), 0);
+  std::vector<std::vector<uint8_t>> fwd(size_t(S),
+                                        std::vector<uint8_t>(size_t(m), 0));
+  std::vector<std::vector<uint8_t>> bwd = fwd;
+  size_t left = 0;
+  for (const auto &o : order)
+    left += o.size();
+  while (left > 0) {
+    bool progress = false;
+    for (int32_t s = 0; s < S; ++s) {
+      while (next[size_t(s)] < order[size_t(s)].size()) {
+        auto [mb, back] = order[size_t(s)][next[size_t(s)]];
+        bool ready = back ? fwd[size_t(s)][size_t(mb)] &&
+                                (s + 1 == S || bwd[size_t(s + 1)][size_t(mb)])
+                          : s == 0 || fwd[size_t(s - 1)][size_t(mb)];
+        if (!ready)
+          break;
+        mb_ = mb;
+        if (auto err = runItem(s, back))
+          return err;
+        (back ? bwd : fwd)[size_t(s)][size_t(mb)] = 1;
+        ++next[size_t(s)];
+        --left;
+        progress = true;
+      }
+    }
+    if (!progress)
+      return internalError("the pipeline's schedule is stuck");
+  }
+  mb_ = 0;
+  return llvm::Error::success();
 }
 
 double Runner::gatherLoss() {
@@ -577,94 +622,44 @@ double Runner::gatherLoss() {
   return total;
 }
 
-std::string fileNameOf(llvm::StringRef name) {
-  std::string s;
-  for (char c : name)
-    s += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
-             ? c
-             : '_';
-  return s;
-}
-
-llvm::Error Runner::dumpWeights() {
-  if (me_ == 0)
-    if (std::error_code ec =
-            llvm::sys::fs::create_directories(opts_.dumpWeightsDir))
-      return inputError("{}: cannot create: {}", opts_.dumpWeightsDir,
-                        ec.message());
-  Json manifest = Json::array();
-  for (const Value &w : g_.values()) {
-    if (w.kind != ValueKind::Weight || w.users.empty())
-      continue;
-    std::vector<Src> srcs;
-    std::vector<Buf> held;
-    // Reserve so the pointers in srcs stay valid.
-    size_t n = 0;
-    forEachWeightTile(g_, w.id,
-                      [&](OpId u, int) { n += plan(u).tiles.size(); });
-    held.reserve(n);
-    forEachWeightTile(g_, w.id, [&](OpId u, int i) {
-      for (size_t k = 0; k < plan(u).tiles.size(); ++k) {
-        const Box &b = plan(u).inReg[i][k];
-        const Buf *local = nullptr;
-        if (localTask(u, k)) {
-          held.emplace_back();
-          fillLocal(w, b, held.back());
-          local = &held.back();
-        }
-        srcs.push_back({b, ranksOf(u, k), local});
-      }
-    });
-    Buf whole;
-    assemble(srcs, {{Box::full(w.shape.dims), 0, me_ == 0 ? &whole : nullptr}},
-             Combine::Copy);
-    if (me_ != 0)
-      continue;
-    std::string file = fmt::format("{}-{}.f32", w.id, fileNameOf(w.name));
-    std::string bytes(reinterpret_cast<const char *>(whole.data.data()),
-                      whole.data.size() * sizeof(float));
-    llvm::SmallString<256> path(opts_.dumpWeightsDir);
-    llvm::sys::path::append(path, file);
-    if (auto err = writeFileAtomic(path, bytes))
-      return err;
-    manifest.push_back(
-        Json{{"name", w.name}, {"file", file}, {"shape", w.shape.dims}});
-  }
+std::vector<int64_t> Runner::gatherPeaks(int64_t mine) {
+  int n = comm_.size();
+  // Each rank's count as the bits of two floats (exchange moves floats).
+  std::vector<float> words(size_t(2 * n));
+  std::memcpy(&words[size_t(2 * me_)], &mine, sizeof mine);
+  std::vector<Comm::Message> sends, recvs;
   if (me_ != 0)
-    return llvm::Error::success();
-  llvm::SmallString<256> path(opts_.dumpWeightsDir);
-  llvm::sys::path::append(path, "weights.json");
-  return writeFileAtomic(path, dumpJson(Json{{"weights", manifest}}));
+    sends.push_back({0, 32002, &words[size_t(2 * me_)], 2});
+  else
+    for (int r = 1; r < n; ++r)
+      recvs.push_back({r, 32002, &words[size_t(2 * r)], 2});
+  if (n > 1)
+    comm_.exchange(sends, recvs);
+  std::vector<int64_t> peaks(size_t(n), 0);
+  if (me_ == 0)
+    for (int r = 0; r < n; ++r)
+      std::memcpy(&peaks[size_t(r)], &words[size_t(2 * r)], sizeof(int64_t));
+  return peaks;
 }
 
 llvm::Expected<std::vector<StepResult>> Runner::run() {
   setUp();
-  initWeights();
+  if (auto err = setUpWeights())
+    return llvm::Error(std::move(err));
   std::vector<StepResult> results;
   for (step_ = 0; step_ < opts_.steps; ++step_) {
     comm_.barrier();
+    resetPeak();
     auto t0 = std::chrono::steady_clock::now();
-    // Micro-batch by micro-batch, every rank stepping through the same
-    // sequence of ops (each op's exchanges are matched on every rank): the
-    // numbers of any schedule, gradients summed over the micro-batches.
-    for (mb_ = 0; mb_ < s_.pipeline.microBatches; ++mb_) {
-      for (const Op &op : g_.ops()) {
-        forward(op.id);
-        if (auto err = backendError(op.id))
-          return llvm::Error(std::move(err));
-      }
-      for (size_t o = g_.numOps(); o-- > 0;) {
-        backward(static_cast<OpId>(o));
-        if (auto err = backendError(static_cast<OpId>(o)))
-          return llvm::Error(std::move(err));
-      }
-    }
-    mb_ = 0;
+    if (auto err = runStep())
+      return llvm::Error(std::move(err));
     double loss = gatherLoss();
     syncWeights();
+    int64_t peak = peakBytes();
     comm_.barrier();
     auto t1 = std::chrono::steady_clock::now();
-    results.push_back({loss, std::chrono::duration<double>(t1 - t0).count()});
+    results.push_back({loss, std::chrono::duration<double>(t1 - t0).count(),
+                       gatherPeaks(peak)});
   }
   if (!opts_.dumpWeightsDir.empty())
     if (auto err = dumpWeights())
@@ -672,7 +667,7 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
   return results;
 }
 
-} // namespace
+} // namespace exec
 
 int kernelThreads(const ExecOptions &opts, const Comm &comm) {
   if (opts.threads > 0)
@@ -708,7 +703,7 @@ llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
     return llvm::Error(std::move(err));
   if (auto err = prepareBackend(opts, comm))
     return llvm::Error(std::move(err));
-  Runner r(g, s, comm, opts);
+  exec::Runner r(g, s, comm, opts);
   return r.run();
 }
 

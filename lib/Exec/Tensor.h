@@ -4,6 +4,7 @@
 #ifndef SOAP_EXEC_TENSOR_H
 #define SOAP_EXEC_TENSOR_H
 
+#include "Memory.h"
 #include "soap/IR/Graph.h"
 #include <algorithm>
 #include <cassert>
@@ -16,13 +17,16 @@ namespace exec {
 /// A box of a tensor held densely, row-major over the box.
 struct Buf {
   Box box;
-  std::vector<float> data;
+  FloatVec data;
 
   void reset(const Box &b, float v = 0) {
     box = b;
     data.assign(static_cast<size_t>(std::max<int64_t>(b.volume(), 0)), v);
   }
   size_t size() const { return data.size(); }
+  /// Frees the data, keeping the box (kernels read boxes of operands they
+  /// do not read data of).
+  void drop() { release(data); }
 };
 
 /// Row-major strides of a box.
@@ -372,7 +376,10 @@ struct Task {
   std::vector<Buf> in, out;   ///< per operand; empty box when absent
   std::vector<Buf> gin, gout; ///< gradients (gin: contributions)
   std::vector<Buf> saved;     ///< kernel-specific state kept for backward
-  std::vector<int64_t> arg;   ///< MaxPool's argmax offsets
+  IndexVec arg;               ///< MaxPool's argmax offsets
+  /// A Relu's output between its consumers' forwards and its backward: a
+  /// byte per element, whether it is positive (what the backward reads).
+  std::vector<uint8_t, TrackedAllocator<uint8_t>> mask;
 };
 
 /// Combines per-task buffers of "rows" among the tiles that share them

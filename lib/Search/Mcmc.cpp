@@ -65,7 +65,7 @@ Bytes peakMemory(const TaskGraph &tg) {
 struct ChainResult {
   Strategy best;
   Seconds bestTime = std::numeric_limits<double>::infinity();
-  uint64_t proposals = 0, accepted = 0;
+  uint64_t proposals = 0, accepted = 0, rejectedEarly = 0;
   bool timedOut = false;
 };
 
@@ -107,10 +107,9 @@ public:
     // strategy as the best (it owns the graph that holds it).
     bool bestPending = false;
     auto decide = [&](Seconds t, const TaskGraph &next, uint64_t n,
-                      double elapsed) {
+                      double elapsed, double u) {
       bool fits = next.fits();
       Bytes peak = peakMemory(next);
-      double u = rng.uniformReal();
       bool accept = curFits
                         ? fits && (t <= cur || u < std::exp(beta * (cur - t)))
                         : fits || peak < curPeak;
@@ -179,7 +178,7 @@ public:
         auto ntg = std::make_unique<TaskGraph>(std::move(*nb));
         auto nsim = std::make_unique<Simulator>(*ntg);
         Seconds t = nsim->simulateFull();
-        if (decide(t, *ntg, n, elapsed)) {
+        if (decide(t, *ntg, n, elapsed, rng.uniformReal())) {
           tg = std::move(ntg);
           sim = std::move(nsim);
           groups_ = stageGroups(tg->strategy());
@@ -212,15 +211,30 @@ public:
       if (next == old)
         continue;
       ++r.proposals;
-      auto t = sim->apply(op, next);
-      if (!t) {
+      if (auto err = sim->stage(op, next)) {
         // A configuration the pipeline refuses (it would divide the
         // micro-batch unevenly): not a proposal.
-        llvm::consumeError(t.takeError());
+        llvm::consumeError(std::move(err));
         --r.proposals;
         continue;
       }
-      if (decide(*t, *tg, n, elapsed)) {
+      // Eq. 1 decided before the simulation where it can be: a proposal
+      // that cannot be accepted on memory is not simulated, and one whose
+      // makespan is certain to pass the threshold its u sets (t > cur -
+      // ln(u) / beta) is simulated only until that is certain.
+      double u = rng.uniformReal();
+      bool fits = tg->fits();
+      std::optional<Seconds> t;
+      if (!o_.earlyRejection ||
+          (curFits ? fits : fits || peakMemory(*tg) < curPeak)) {
+        Seconds limit = std::numeric_limits<Seconds>::infinity();
+        if (o_.earlyRejection && curFits && u > 0)
+          limit = cur - std::log(u) / beta;
+        t = sim->resume(limit);
+      }
+      if (!t)
+        ++r.rejectedEarly;
+      if (t && decide(*t, *tg, n, elapsed, u)) {
         if (bestPending)
           r.best = tg->strategy();
         bestPending = false;
@@ -496,6 +510,7 @@ public:
       }
       best.proposals += r->proposals;
       best.accepted += r->accepted;
+      best.rejectedEarly += r->rejectedEarly;
       best.timedOut |= r->timedOut;
       if (r->bestTime < best.iterationTime) {
         best.iterationTime = r->bestTime;

@@ -5,23 +5,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <queue>
 
 namespace soap {
-
-namespace {
-struct QItem {
-  Seconds ready;
-  TaskKey key;
-  TaskId id;
-  // std::priority_queue is a max-heap: "less" means later.
-  bool operator<(const QItem &o) const {
-    if (ready != o.ready)
-      return ready > o.ready;
-    return o.key < key;
-  }
-};
-} // namespace
 
 Simulator::Simulator(TaskGraph &tg) : tg_(tg) {
   const Topology &topo = tg.context().topo;
@@ -31,40 +16,74 @@ Simulator::Simulator(TaskGraph &tg) : tg_(tg) {
     exclusive_[r] = !topo.nonBlocking(LinkId(r - n));
 }
 
-void Simulator::run(uint32_t seq, std::vector<TaskId> initial) {
-  std::vector<Task> &tasks = tg_.tasks();
-  std::priority_queue<QItem> queue;
+void Simulator::start(uint32_t fromSeq, const std::vector<TaskId> &initial) {
+  const std::vector<Task> &tasks = tg_.tasks();
+  queue_.clear();
   for (TaskId t : initial)
-    queue.push({tasks[t].ready, tasks[t].key, t});
-  size_t count = 0;
-  while (!queue.empty()) {
-    QItem item = queue.top();
-    queue.pop();
+    queue_.push_back({tasks[t].ready, tasks[t].key, t});
+  std::make_heap(queue_.begin(), queue_.end());
+  nextSeq_ = fromSeq;
+  lastResimulated_ = 0;
+}
+
+Seconds Simulator::resourceBound(uint32_t r) const {
+  const auto &log = resourceLog_[r];
+  int64_t left = tg_.resourceWork()[r] - (log.empty() ? 0 : log.back().done);
+  return (log.empty() ? 0 : log.back().end) + Seconds(left) * 1e-12;
+}
+
+std::optional<Seconds> Simulator::resume(Seconds limit) {
+  std::vector<Task> &tasks = tg_.tasks();
+  // The bound is in summed picoseconds, rounded per task, while the
+  // timeline adds seconds: stop only past the limit by more than both
+  // roundings could make up.
+  bool bounded = limit < std::numeric_limits<Seconds>::infinity();
+  Seconds stopAt = limit * (1 + 1e-9) + Seconds(tasks.size()) * 1e-12;
+  if (bounded) {
+    if (iterationTime() > stopAt)
+      return std::nullopt;
+    for (uint32_t r = 0; r < resourceLog_.size(); ++r)
+      if (exclusive_[r] && resourceBound(r) > stopAt)
+        return std::nullopt;
+  }
+  while (!queue_.empty()) {
+    std::pop_heap(queue_.begin(), queue_.end());
+    QItem item = queue_.back();
+    queue_.pop_back();
     Task &t = tasks[item.id];
-    Seconds start = t.ready;
+    Seconds begin = t.ready;
     for (uint32_t r : t.resources)
       if (exclusive_[r] && !resourceLog_[r].empty())
-        start = std::max(start, resourceLog_[r].back().second);
-    t.start = start;
-    t.end = start + t.exe;
-    t.seq = seq++;
+        begin = std::max(begin, resourceLog_[r].back().end);
+    t.start = begin;
+    t.end = begin + t.exe;
+    t.seq = nextSeq_++;
     t.simulated = true;
+    int64_t ps = TaskGraph::toPicoseconds(t.exe);
+    bool past = bounded && t.end > stopAt;
     for (uint32_t r : t.resources)
-      if (exclusive_[r])
-        resourceLog_[r].push_back({t.seq, t.end});
+      if (exclusive_[r]) {
+        auto &log = resourceLog_[r];
+        log.push_back({t.seq, t.end, (log.empty() ? 0 : log.back().done) + ps});
+        past = past || (bounded && resourceBound(r) > stopAt);
+      }
     order_.push_back(item.id);
     orderReady_.push_back(t.ready);
     prefixMaxEnd_.push_back(
         std::max(prefixMaxEnd_.empty() ? 0.0 : prefixMaxEnd_.back(), t.end));
-    ++count;
+    ++lastResimulated_;
     for (TaskId s : t.succs) {
       Task &n = tasks[s];
       n.ready = std::max(n.ready, t.end);
-      if (--remaining_[s] == 0)
-        queue.push({n.ready, n.key, s});
+      if (--remaining_[s] == 0) {
+        queue_.push_back({n.ready, n.key, s});
+        std::push_heap(queue_.begin(), queue_.end());
+      }
     }
+    if (past)
+      return std::nullopt;
   }
-  lastResimulated_ = count;
+  return iterationTime();
 }
 
 Seconds Simulator::simulateFull() {
@@ -85,43 +104,48 @@ Seconds Simulator::simulateFull() {
     if (t.preds.empty())
       initial.push_back(id);
   }
-  run(0, std::move(initial));
-  return iterationTime();
+  start(0, initial);
+  return *resume();
 }
 
 llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
+  if (auto err = stage(o, c))
+    return llvm::Error(std::move(err));
+  return *resume();
+}
+
+llvm::Error Simulator::stage(OpId o, const OpConfig &c) {
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
   if (order_.empty() && tg_.numAlive() > 0)
     simulateFull();
   journal_.valid = false;
+  queue_.clear();
   std::vector<Task> &tasks = tg_.tasks();
   // The segments about to be rebuilt, so undo() can find them again by
-  // key under their new ids.
-  std::vector<bool> wasRebuilt(tasks.size(), false);
-  for (TaskId t : tg_.segmentTasks(o))
-    wasRebuilt[t] = true;
+  // key under their new ids; their slots may be reused, so their old
+  // timings are kept now.
+  std::vector<TaskId> segment = tg_.segmentTasks(o);
+  std::vector<std::pair<TaskKey, Timing>> segmentOld;
+  segmentOld.reserve(segment.size());
+  for (TaskId t : segment)
+    segmentOld.push_back(
+        {tasks[t].key,
+         {tasks[t].ready, tasks[t].start, tasks[t].end, tasks[t].seq}});
   OpConfig previous = tg_.strategy().configs[o];
-  // The whole old schedule's timings are still in the tasks until the
-  // change; keep those of the segments (their slots may be reused).
-  std::map<TaskId, std::pair<TaskKey, Timing>> rebuiltOld;
-  for (TaskId t = 0; t < wasRebuilt.size(); ++t)
-    if (wasRebuilt[t])
-      rebuiltOld[t] = {
-          tasks[t].key,
-          {tasks[t].ready, tasks[t].start, tasks[t].end, tasks[t].seq}};
   if (auto err = tg_.changeConfig(o, c, changed, removedReady))
-    return llvm::Error(std::move(err));
+    return err;
   if (remaining_.size() < tasks.size())
     remaining_.resize(tasks.size(), 0);
+  if (mark_.size() < tasks.size())
+    mark_.resize(tasks.size(), 0);
   // T*: the earliest time the change can matter in either schedule.
   constexpr Seconds inf = std::numeric_limits<Seconds>::infinity();
   Seconds tStar = inf;
   for (Seconds r : removedReady)
     tStar = std::min(tStar, r);
-  std::vector<bool> isChanged(tasks.size(), false);
   for (TaskId t : changed)
-    isChanged[t] = true;
+    mark_[t] |= kChanged;
   for (TaskId id : changed) {
     const Task &t = tasks[id];
     if (t.simulated)
@@ -130,67 +154,79 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
     // (a predecessor that is itself changed contributes its own bound).
     Seconds lb = t.preds.empty() ? 0 : inf;
     for (TaskId p : t.preds)
-      if (tasks[p].simulated && !isChanged[p])
+      if (tasks[p].simulated && !(mark_[p] & kChanged))
         lb = lb == inf ? tasks[p].end : std::max(lb, tasks[p].end);
     tStar = std::min(tStar, lb);
   }
+  for (TaskId t : changed)
+    mark_[t] &= uint8_t(~kChanged);
   // Keep the schedule before T*.
   uint32_t keep = static_cast<uint32_t>(
       std::lower_bound(orderReady_.begin(), orderReady_.end(), tStar) -
       orderReady_.begin());
-  std::vector<TaskId> suffix(order_.begin() + keep, order_.end());
-  // The journal: the old suffix, as undo() must put it back.
-  journal_ = Journal();
-  journal_.op = o;
-  journal_.previous = std::move(previous);
-  journal_.keep = keep;
-  journal_.orderTail = suffix;
-  journal_.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
-  journal_.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep,
-                                   prefixMaxEnd_.end());
-  for (TaskId id : suffix) {
-    auto it = rebuiltOld.find(id);
-    bool rebuilt = id < wasRebuilt.size() && wasRebuilt[id];
-    journal_.rebuilt.push_back(rebuilt);
-    if (rebuilt) {
-      journal_.keys.push_back(it->second.first);
-      journal_.timings.push_back(it->second.second);
-    } else {
-      const Task &t = tasks[id];
-      journal_.keys.push_back(t.key);
-      journal_.timings.push_back({t.ready, t.start, t.end, t.seq});
+  // The journal: the old suffix, as undo() must put it back. A task of a
+  // rebuilt segment is recorded by its key (its id changes); the rest by
+  // id, with the timing still in the task.
+  Journal &j = journal_;
+  j.op = o;
+  j.previous = std::move(previous);
+  j.keep = keep;
+  j.orderTail.assign(order_.begin() + keep, order_.end());
+  j.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
+  j.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep, prefixMaxEnd_.end());
+  j.timings.resize(j.orderTail.size());
+  j.rebuiltKeys.clear();
+  for (size_t i = 0; i < segment.size(); ++i) {
+    const Timing &old = segmentOld[i].second;
+    if (old.seq >= keep && old.seq < order_.size() &&
+        order_[old.seq] == segment[i]) {
+      j.timings[old.seq - keep] = old;
+      j.rebuiltKeys.push_back({old.seq - keep, segmentOld[i].first});
+      mark_[segment[i]] |= kRebuilt;
     }
   }
-  journal_.logTails.resize(resourceLog_.size());
+  for (size_t i = 0; i < j.orderTail.size(); ++i) {
+    TaskId id = j.orderTail[i];
+    if (mark_[id] & kRebuilt)
+      continue;
+    const Task &t = tasks[id];
+    j.timings[i] = {t.ready, t.start, t.end, t.seq};
+  }
+  for (TaskId t : segment)
+    mark_[t] &= uint8_t(~kRebuilt);
+  j.logTails.resize(resourceLog_.size());
   order_.resize(keep);
   orderReady_.resize(keep);
   prefixMaxEnd_.resize(keep);
-  for (auto &log : resourceLog_) {
-    auto it = std::lower_bound(log.begin(), log.end(), keep,
-                               [](const std::pair<uint32_t, Seconds> &e,
-                                  uint32_t s) { return e.first < s; });
-    journal_.logTails[&log - resourceLog_.data()].assign(it, log.end());
+  for (size_t r = 0; r < resourceLog_.size(); ++r) {
+    auto &log = resourceLog_[r];
+    auto it = std::lower_bound(
+        log.begin(), log.end(), keep,
+        [](const LogEntry &e, uint32_t s) { return e.seq < s; });
+    j.logTails[r].assign(it, log.end());
     log.erase(it, log.end());
   }
-  journal_.valid = true;
+  j.valid = true;
   // Everything else is re-simulated: the old suffix still alive, and the
   // new tasks.
-  for (TaskId id : changed)
-    if (!tasks[id].simulated)
-      suffix.push_back(id);
   std::vector<TaskId> todo;
-  for (TaskId id : suffix) {
+  todo.reserve(j.orderTail.size() + changed.size());
+  auto take = [&](TaskId id) {
     Task &t = tasks[id];
-    if (!t.alive || (t.simulated && t.seq < keep))
-      continue;
+    if (!t.alive || (t.simulated && t.seq < keep) || (mark_[id] & kTodo))
+      return;
+    mark_[id] |= kTodo;
     t.simulated = false;
     t.seq = std::numeric_limits<uint32_t>::max();
     todo.push_back(id);
-  }
-  std::sort(todo.begin(), todo.end());
-  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  };
+  for (TaskId id : j.orderTail)
+    take(id);
+  for (TaskId id : changed)
+    take(id);
   std::vector<TaskId> initial;
   for (TaskId id : todo) {
+    mark_[id] &= uint8_t(~kTodo);
     Task &t = tasks[id];
     t.ready = 0;
     uint32_t left = 0;
@@ -205,15 +241,16 @@ llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
     if (left == 0)
       initial.push_back(id);
   }
-  run(keep, std::move(initial));
-  return iterationTime();
+  start(keep, initial);
+  return llvm::Error::success();
 }
 
 llvm::Error Simulator::undo() {
   if (!journal_.valid)
     return makeError(ExitCode::Internal, "undo() without a preceding apply()");
-  Journal j = std::move(journal_);
-  journal_ = Journal();
+  Journal &j = journal_;
+  j.valid = false;
+  queue_.clear();
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
   if (auto err = tg_.changeConfig(j.op, j.previous, changed, removedReady))
@@ -221,6 +258,8 @@ llvm::Error Simulator::undo() {
   std::vector<Task> &tasks = tg_.tasks();
   if (remaining_.size() < tasks.size())
     remaining_.resize(tasks.size(), 0);
+  if (mark_.size() < tasks.size())
+    mark_.resize(tasks.size(), 0);
   // The rebuilt segments have the same tasks as before, under new ids.
   std::map<TaskKey, TaskId> byKey;
   std::vector<TaskId> segment = tg_.segmentTasks(j.op);
@@ -230,6 +269,13 @@ llvm::Error Simulator::undo() {
     // Keys are canonical and unique; were they not, simulate again.
     simulateFull();
     return llvm::Error::success();
+  }
+  for (const auto &[i, key] : j.rebuiltKeys) {
+    auto it = byKey.find(key);
+    if (it == byKey.end())
+      return makeError(ExitCode::Internal,
+                       "undo(): a rebuilt task has no counterpart");
+    j.orderTail[i] = it->second;
   }
   // Every task simulated after the kept prefix is forgotten, then the old
   // suffix is put back.
@@ -242,31 +288,23 @@ llvm::Error Simulator::undo() {
   orderReady_.resize(j.keep);
   prefixMaxEnd_.resize(j.keep);
   for (size_t i = 0; i < j.orderTail.size(); ++i) {
-    TaskId id = j.orderTail[i];
-    if (j.rebuilt[i]) {
-      auto it = byKey.find(j.keys[i]);
-      if (it == byKey.end())
-        return makeError(ExitCode::Internal,
-                         "undo(): a rebuilt task has no counterpart");
-      id = it->second;
-    }
-    Task &t = tasks[id];
+    Task &t = tasks[j.orderTail[i]];
     t.ready = j.timings[i].ready;
     t.start = j.timings[i].start;
     t.end = j.timings[i].end;
     t.seq = j.timings[i].seq;
     t.simulated = true;
-    order_.push_back(id);
   }
+  order_.insert(order_.end(), j.orderTail.begin(), j.orderTail.end());
   orderReady_.insert(orderReady_.end(), j.orderReadyTail.begin(),
                      j.orderReadyTail.end());
   prefixMaxEnd_.insert(prefixMaxEnd_.end(), j.prefixMaxEndTail.begin(),
                        j.prefixMaxEndTail.end());
   for (size_t r = 0; r < resourceLog_.size(); ++r) {
     auto &log = resourceLog_[r];
-    auto it = std::lower_bound(log.begin(), log.end(), j.keep,
-                               [](const std::pair<uint32_t, Seconds> &e,
-                                  uint32_t s) { return e.first < s; });
+    auto it = std::lower_bound(
+        log.begin(), log.end(), j.keep,
+        [](const LogEntry &e, uint32_t s) { return e.seq < s; });
     log.erase(it, log.end());
     log.insert(log.end(), j.logTails[r].begin(), j.logTails[r].end());
   }
@@ -299,11 +337,11 @@ std::vector<TaskId> Simulator::criticalPath() const {
       // The resource's previous task, the one that ended at our start.
       for (uint32_t r : t.resources) {
         const auto &log = resourceLog_[r];
-        auto it = std::lower_bound(log.begin(), log.end(), t.seq,
-                                   [](const std::pair<uint32_t, Seconds> &e,
-                                      uint32_t s) { return e.first < s; });
-        if (it != log.begin() && std::prev(it)->second == t.start) {
-          next = order_[std::prev(it)->first];
+        auto it = std::lower_bound(
+            log.begin(), log.end(), t.seq,
+            [](const LogEntry &e, uint32_t s) { return e.seq < s; });
+        if (it != log.begin() && std::prev(it)->end == t.start) {
+          next = order_[std::prev(it)->seq];
           break;
         }
       }

@@ -72,6 +72,8 @@ TaskId TaskGraph::newTask(Task t) {
   ++numAlive_;
   if (t.bufferDevice >= 0)
     mem_[t.bufferDevice].buffers += t.bytes;
+  for (uint32_t r : t.resources)
+    work_[r] += toPicoseconds(t.exe);
   if (!free_.empty()) {
     TaskId id = free_.back();
     free_.pop_back();
@@ -96,6 +98,8 @@ void TaskGraph::removeTask(TaskId id, std::vector<TaskId> &touched,
   removedReady.push_back(t.ready);
   if (t.bufferDevice >= 0)
     mem_[t.bufferDevice].buffers -= t.bytes;
+  for (uint32_t r : t.resources)
+    work_[r] -= toPicoseconds(t.exe);
   auto erase = [&](std::vector<TaskId> &v) {
     v.erase(std::remove(v.begin(), v.end(), id), v.end());
   };
@@ -421,6 +425,7 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
       tg.weighted_.push_back(o.id);
     }
   tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
+  tg.work_.assign(tg.numResources(), 0);
   tg.workspaces_.assign(ctx.topo.numDevices(), {});
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);

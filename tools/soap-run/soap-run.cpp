@@ -1,14 +1,18 @@
-// soap-run: the reference executor. Runs SGD steps of a model under a plan,
-// one MPI rank per device of the plan, and prints each step's loss and wall
-// time, so a plan on N ranks can be checked against the same model on one.
+// soap-run: the reference executor. Runs training steps of a model under a
+// plan, one MPI rank per device of the plan, and prints each step's loss and
+// wall time, so a plan on N ranks can be checked against the same model on
+// one; --memory adds each rank's measured peak bytes beside the simulator's
+// prediction for its device.
 //
 //   mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S]
 //   soap-run model.onnx plan.json            (a plan for one device)
+#include "soap/Driver/Session.h"
 #include "soap/Exec/Executor.h"
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Plan/Plan.h"
+#include "soap/Sim/TaskGraph.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Sha256.h"
 #include "llvm/Support/CommandLine.h"
@@ -24,15 +28,17 @@ static cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"),
                                       cl::cat(runCat));
 static cl::opt<std::string> planPath(cl::Positional, cl::desc("<plan.json>"),
                                      cl::cat(runCat));
-static cl::opt<int64_t> stepsOpt("steps", cl::desc("SGD steps to run"),
+static cl::opt<int64_t> stepsOpt("steps", cl::desc("Training steps to run"),
                                  cl::init(3), cl::cat(runCat));
 static cl::opt<uint64_t>
     seedOpt("seed",
             cl::desc("Seed of the weights, inputs, labels and dropout masks "
                      "(drawn by global element index)"),
             cl::init(0), cl::cat(runCat));
-static cl::opt<double> lrOpt("lr", cl::desc("SGD learning rate"), cl::init(0.1),
-                             cl::cat(runCat));
+static cl::opt<double> lrOpt(
+    "lr",
+    cl::desc("Learning rate (of the plan's optimizer: sgd, momentum or adam)"),
+    cl::init(0.1), cl::cat(runCat));
 static cl::opt<std::string>
     dumpOpt("dump-weights",
             cl::desc("Write the final weights to this directory (rank 0): "
@@ -44,6 +50,14 @@ static cl::opt<std::string>
                          "cluster description"),
                 cl::value_desc("cluster.json"), cl::cat(runCat));
 
+static cl::opt<bool>
+    memoryOpt("memory",
+              cl::desc("Print each rank's measured peak bytes (weights, "
+                       "gradients, optimizer state, activations, buffers) "
+                       "beside the simulator's prediction for its device, "
+                       "from the model, topology and cost model the plan "
+                       "records (--topology if given)"),
+              cl::init(false), cl::cat(runCat));
 static cl::opt<std::string>
     backendOpt("backend",
                cl::desc("Kernel backend: cpu, or cuda (contractions and "
@@ -68,6 +82,23 @@ static int exitCodeOf(llvm::Error err) {
       [&](const SoapError &e) { code = static_cast<int>(e.code()); },
       [&](const llvm::ErrorInfoBase &) {});
   return code;
+}
+
+/// The simulator's peak memory of every device under the plan, as
+/// `soapc simulate` computes it.
+static llvm::Expected<std::vector<TaskGraph::DeviceMemory>> predictedMemory() {
+  DriverOptions o;
+  o.modelPath = modelPath;
+  o.topologyPath = topologyOpt;
+  o.quiet = true;
+  auto ps = openPlan(o, planPath);
+  if (!ps)
+    return ps.takeError();
+  SimContext ctx = ps->session->problem().context();
+  auto tg = TaskGraph::build(ctx, ps->strategy);
+  if (!tg)
+    return tg.takeError();
+  return tg->memory();
 }
 
 static llvm::Error run(Comm &comm) {
@@ -138,6 +169,7 @@ static llvm::Error run(Comm &comm) {
   // Weights stored as external data must be there (the zoo's GPT-3 files
   // have only dims); stripped weights without external data are seeded.
   io.requireExternalData = true;
+  io.keepConstantData = true; // masks are computed with, not only sized
   if (auto err = io.validate())
     return err;
   auto g = importOnnx(modelPath, io);
@@ -156,6 +188,9 @@ static llvm::Error run(Comm &comm) {
     return inputError("{}: /search/precision: soap-run computes in fp32 "
                       "only; this plan is {} (soapc simulate predicts it)",
                       planPath.getValue(), plan->inputs.precision);
+  opts.optimizer = plan->inputs.optimizer;
+  if (auto err = opts.validate())
+    return err;
   auto strategy = planStrategy(*plan, *graph, topo, planPath);
   if (!strategy)
     return strategy.takeError();
@@ -194,6 +229,25 @@ static llvm::Error run(Comm &comm) {
     for (size_t k = 0; k < steps->size(); ++k)
       llvm::outs() << fmt::format("step {} loss {:.9g} time {:.6f} s\n", k + 1,
                                   (*steps)[k].loss, (*steps)[k].seconds);
+    if (memoryOpt) {
+      std::vector<int64_t> peak((*steps)[0].peakBytes.size(), 0);
+      for (const StepResult &r : *steps)
+        for (size_t k = 0; k < peak.size(); ++k)
+          peak[k] = std::max(peak[k], r.peakBytes[k]);
+      auto pred = predictedMemory();
+      if (!pred)
+        return pred.takeError();
+      for (size_t k = 0; k < peak.size(); ++k) {
+        const TaskGraph::DeviceMemory &m = (*pred)[k];
+        llvm::outs() << fmt::format(
+            "memory: rank {} peak {} bytes measured, {} predicted (weights "
+            "{}, gradients {}, optimizer {}, saved {}, buffers {}, "
+            "workspace {}), measured/predicted {:.3f}\n",
+            k, peak[k], m.total(), m.weights, m.gradients, m.optimizer, m.saved,
+            m.buffers, m.workspace,
+            m.total() > 0 ? double(peak[k]) / double(m.total()) : 0.0);
+      }
+    }
     if (!opts.dumpWeightsDir.empty())
       llvm::outs() << "weights: " << opts.dumpWeightsDir << "\n";
     llvm::outs().flush();
@@ -217,7 +271,8 @@ int main(int argc, char **argv) {
   });
   cl::HideUnrelatedOptions(runCat);
   std::string overview =
-      "soap-run: run SGD steps of a model under a soapc plan, one rank per "
+      "soap-run: run training steps of a model under a soapc plan, one rank "
+      "per "
       "device\n\n"
       "  mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S] "
       "[--dump-weights DIR]\n"

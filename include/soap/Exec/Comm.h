@@ -31,6 +31,21 @@ public:
   virtual void exchange(const std::vector<Message> &sends,
                         const std::vector<Message> &recvs) = 0;
   virtual void barrier() = 0;
+
+  // Collectives over a group of ranks (ascending, this rank among them),
+  // in place on `data`: member i's part is counts[i] floats at the sum of
+  // the counts before it (parts may be empty). Every member calls them in
+  // the same order. The defaults run rings of exchange() batches; MPI
+  // answers with its own collectives.
+  /// On return this member's part holds the sum of every member's part.
+  virtual void reduceScatter(const std::vector<int> &group, float *data,
+                             const std::vector<size_t> &counts);
+  /// On return every part holds its owner's part.
+  virtual void allGather(const std::vector<int> &group, float *data,
+                         const std::vector<size_t> &counts);
+  /// On return `count` floats hold the sum over the members.
+  virtual void allReduce(const std::vector<int> &group, float *data,
+                         size_t count);
   /// "single", "mpi", ...
   virtual std::string name() const = 0;
   /// Ranks of this job on this rank's machine (they share its cores).

@@ -29,6 +29,10 @@ struct ExecOptions {
   int64_t steps = 3;
   uint64_t seed = 0;
   double learningRate = 0.1;
+  /// The optimizer the plan was made for: "sgd", "momentum" (0.9) or
+  /// "adam" (0.9, 0.999, 1e-8, bias-corrected); its state is held per
+  /// weight element, sharded under ZeRO.
+  std::string optimizer = "sgd";
   /// When set, rank 0 writes every final weight here (DIR/<name>.f32, raw
   /// little-endian float32, and DIR/weights.json listing name, file, shape).
   std::string dumpWeightsDir;
@@ -45,6 +49,10 @@ struct ExecOptions {
 struct StepResult {
   double loss = 0;    ///< the sum of the graph's losses (valid on rank 0)
   double seconds = 0; ///< wall time of the step on rank 0
+  /// Per rank, the most bytes of tensor storage (weights, gradients,
+  /// optimizer state, activations, transfer buffers) it held during the
+  /// step (valid on rank 0).
+  std::vector<int64_t> peakBytes;
 };
 
 /// The kernel backends built in: "cpu", and "cuda" with CUDA.
@@ -62,7 +70,7 @@ llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm);
 /// op it cannot: an unsupported kind, attribute or operand).
 llvm::Error checkExecutable(const Graph &g);
 
-/// Runs opts.steps SGD steps of `g` under `s` (verified, with
+/// Runs opts.steps training steps of `g` under `s` (verified, with
 /// comm.size() devices). Every rank calls it; results are valid on rank 0.
 llvm::Expected<std::vector<StepResult>> runTraining(const Graph &g,
                                                     const Strategy &s,

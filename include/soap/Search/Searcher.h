@@ -58,6 +58,11 @@ struct SearchOptions {
   int threads = 1;
   /// FlexFlow Eq. 1's beta, per second of iteration time.
   double beta = 0;
+  /// mcmc draws each proposal's acceptance threshold before simulating it
+  /// and stops the delta simulation once the makespan is certain to pass
+  /// it (Simulator::resume's limit); the chain is the same either way. Off
+  /// only to measure what it saves (bench-search).
+  bool earlyRejection = true;
   std::function<void(const SearchProgress &)> progress;
   /// Wall-clock limit of one search (`--timeout`; 0: none). runSearch turns
   /// it into `deadline`; past it a searcher returns its best strategy so far
@@ -96,6 +101,9 @@ struct SearchResult {
   Seconds iterationTime = 0;
   uint64_t proposals = 0;
   uint64_t accepted = 0;
+  /// mcmc: proposals rejected before their simulation finished (memory,
+  /// or a makespan bound past the acceptance threshold).
+  uint64_t rejectedEarly = 0;
   /// Set by exact searchers that completed: no better strategy exists.
   bool provenOptimal = false;
   /// The search stopped at SearchOptions::deadline: the best so far.

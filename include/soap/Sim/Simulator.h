@@ -16,7 +16,9 @@
 #define SOAP_SIM_SIMULATOR_H
 
 #include "soap/Sim/TaskGraph.h"
+#include <limits>
 #include <map>
+#include <optional>
 
 namespace soap {
 
@@ -48,12 +50,26 @@ public:
 
   /// Algorithm 1: simulates the whole graph; returns the iteration time.
   Seconds simulateFull();
-  /// Changes op `o`'s configuration and simulates the change (delta).
+  /// Changes op `o`'s configuration and simulates the change (delta):
+  /// stage() then resume().
   llvm::Expected<Seconds> apply(OpId o, const OpConfig &c);
-  /// Takes back the last apply(): the previous configuration and exactly
-  /// the previous timeline, restored from what apply() replaced instead of
-  /// simulated again (a rejected MCMC proposal costs the graph rebuild,
-  /// not a second simulation). Only directly after apply().
+  /// Changes op `o`'s configuration (the task graph, its memory) and keeps
+  /// the schedule before the first time the change can matter, without
+  /// simulating the rest: the caller may look at the graph's memory first.
+  llvm::Error stage(OpId o, const OpConfig &c);
+  /// Simulates what stage() left. With a limit, stops as soon as the
+  /// makespan is certain to exceed it (returns nullopt; resume() with a
+  /// higher limit goes on, undo() takes the change back): every device's
+  /// or link's remaining tasks run one after another after the time it is
+  /// free, so the latest such end bounds the makespan from below. Exact:
+  /// a run that is not stopped gives the full simulation's timeline.
+  std::optional<Seconds>
+  resume(Seconds limit = std::numeric_limits<Seconds>::infinity());
+  /// Takes back the last stage() or apply(), finished or not: the previous
+  /// configuration and exactly the previous timeline, restored from what
+  /// stage() replaced instead of simulated again (a rejected MCMC proposal
+  /// costs the graph rebuild and as much simulation as it took to reject
+  /// it). Only directly after stage(), apply() or resume().
   llvm::Error undo();
 
   Seconds iterationTime() const;
@@ -72,20 +88,45 @@ public:
   const TaskGraph &graph() const { return tg_; }
 
 private:
-  void run(uint32_t fromSeq, std::vector<TaskId> initial);
+  struct QItem {
+    Seconds ready;
+    TaskKey key;
+    TaskId id;
+    // std::priority_queue is a max-heap: "less" means later.
+    bool operator<(const QItem &o) const {
+      if (ready != o.ready)
+        return ready > o.ready;
+      return o.key < key;
+    }
+  };
+  /// One task a resource ran: its position in the order, its end, and the
+  /// resource's summed task time up to and including it (picoseconds).
+  struct LogEntry {
+    uint32_t seq;
+    Seconds end;
+    int64_t done;
+  };
+  /// Starts a run at position `fromSeq` from the ready tasks `initial`.
+  void start(uint32_t fromSeq, const std::vector<TaskId> &initial);
+  /// The makespan's lower bound from resource `r`: the time it is free plus
+  /// its tasks not yet run.
+  Seconds resourceBound(uint32_t r) const;
 
   TaskGraph &tg_;
   std::vector<TaskId> order_;
   std::vector<Seconds> orderReady_, prefixMaxEnd_;
-  /// Per resource: (seq, end) of the tasks it ran, in order.
-  std::vector<std::vector<std::pair<uint32_t, Seconds>>> resourceLog_;
+  /// Per resource: the tasks it ran, in order.
+  std::vector<std::vector<LogEntry>> resourceLog_;
+  /// The run in progress: ready tasks, and the next position.
+  std::vector<QItem> queue_;
+  uint32_t nextSeq_ = 0;
   /// Per resource: whether tasks on it wait for one another (devices and
   /// links; not the links Topology::nonBlocking names).
   std::vector<uint8_t> exclusive_;
   std::vector<uint32_t> remaining_;
   size_t lastResimulated_ = 0;
 
-  /// What the last apply() replaced, for undo().
+  /// What the last stage() replaced, for undo().
   struct Timing {
     Seconds ready, start, end;
     uint32_t seq;
@@ -95,15 +136,18 @@ private:
     OpId op = -1;
     OpConfig previous;
     uint32_t keep = 0;
-    /// The old schedule's suffix: task (old id), its key, whether it was
-    /// rebuilt by the change (its id then changes), its timing.
+    /// The old schedule's suffix: each task's old id and timing, and, for
+    /// the tasks of rebuilt segments (their ids change), their position
+    /// in it and their key.
     std::vector<TaskId> orderTail;
     std::vector<Seconds> orderReadyTail, prefixMaxEndTail;
-    std::vector<std::vector<std::pair<uint32_t, Seconds>>> logTails;
-    std::vector<TaskKey> keys;
-    std::vector<bool> rebuilt;
+    std::vector<std::vector<LogEntry>> logTails;
     std::vector<Timing> timings;
+    std::vector<std::pair<size_t, TaskKey>> rebuiltKeys;
   };
+  /// Per task, scratch flags of stage(), clear between calls.
+  enum : uint8_t { kChanged = 1, kRebuilt = 2, kTodo = 4 };
+  std::vector<uint8_t> mark_;
   Journal journal_;
 };
 

@@ -137,6 +137,14 @@ public:
   const std::vector<DeviceMemory> &memory() const { return mem_; }
   /// Every device's memory within its capacity.
   bool fits() const;
+  /// Per resource (devices, then links): the summed time of the alive tasks
+  /// that occupy it, in integer picoseconds (toPicoseconds of each task's
+  /// time), so that adding and removing tasks never drifts. The delta
+  /// simulator's lower bound on the makespan reads it.
+  const std::vector<int64_t> &resourceWork() const { return work_; }
+  static int64_t toPicoseconds(Seconds s) {
+    return static_cast<int64_t>(s * 1e12 + 0.5);
+  }
 
 private:
   explicit TaskGraph(const SimContext &ctx) : ctx_(&ctx) {}
@@ -201,6 +209,7 @@ private:
   std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per stage
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
+  std::vector<int64_t> work_;        ///< per resource, picoseconds
 
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);

@@ -96,6 +96,30 @@ TEST_CASE("the thread count does not change mcmc's result", "[Search]") {
   REQUIRE(static_cast<bool>(other));
 }
 
+TEST_CASE("early rejection does not change mcmc's chain", "[Search]") {
+  // Rejections decided before the simulation ends (on memory, or on a
+  // makespan bound past the threshold) must be the rejections the finished
+  // simulation would have made: same proposals, same plan.
+  for (const char *model : {"alexnet", "rnntc"}) {
+    Fixture f = fixture(model, "p100-4x4", 256);
+    SearchOptions o;
+    o.budget.proposals = 1500;
+    o.seed = 7;
+    auto early = runSearch(f.problem(), "mcmc", o);
+    o.earlyRejection = false;
+    auto full = runSearch(f.problem(), "mcmc", o);
+    REQUIRE(static_cast<bool>(early));
+    REQUIRE(static_cast<bool>(full));
+    INFO(model);
+    CHECK(early->result.strategy == full->result.strategy);
+    CHECK(early->result.proposals == full->result.proposals);
+    CHECK(early->result.accepted == full->result.accepted);
+    CHECK(early->metrics.iterationTime == full->metrics.iterationTime);
+    CHECK(full->result.rejectedEarly == 0);
+    CHECK(early->result.rejectedEarly > 0);
+  }
+}
+
 TEST_CASE("unknown searchers are named with the registered ones", "[Search]") {
   Fixture f = fixture("lenet", "dgx-h100-1", 64);
   auto r = runSearch(f.problem(), "annealing", SearchOptions());

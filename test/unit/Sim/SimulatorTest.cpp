@@ -14,8 +14,6 @@ using namespace soap::test;
 
 namespace {
 
-
-
 /// A random legal configuration: a few loops split by divisors, tiles on a
 /// random contiguous run of devices (independent of lib/Parallel's space).
 OpConfig randomConfig(const OpSemantics &sem, size_t devices, Rng &rng) {
@@ -77,15 +75,31 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
   for (int step = 0; step < steps; ++step) {
     OpId o = static_cast<OpId>(rng.uniform(g->numOps()));
     OpConfig c = randomConfig(g->op(o).sem, topo.numDevices(), rng);
-    auto t = sim.apply(o, c);
-    if (!t)
-      FAIL(errorMessage(t.takeError()));
     // Half the changes are taken back (a rejected MCMC proposal): the
-    // timeline must then be the old strategy's, exactly.
-    bool undo = rng.uniform(2) == 0;
+    // timeline must then be the old strategy's, exactly. Half are
+    // simulated with a limit near the current time (mcmc's early
+    // rejection): stopped, they are taken back or simulated on to the end.
+    int mode = int(rng.uniform(4));
+    Seconds limit = sim.iterationTime() * (0.9 + 0.2 * rng.uniformReal());
+    std::optional<Seconds> t;
+    bool undo = mode % 2 == 1, stopped = false;
+    if (mode < 2) {
+      auto applied = sim.apply(o, c);
+      if (!applied)
+        FAIL(errorMessage(applied.takeError()));
+      t = *applied;
+    } else {
+      requireOk(sim.stage(o, c));
+      t = sim.resume(limit);
+      stopped = !t;
+      if (t)
+        undo = false;
+      else if (!undo)
+        t = sim.resume();
+    }
     if (undo) {
       requireOk(sim.undo());
-      *t = sim.iterationTime();
+      t = sim.iterationTime();
     } else {
       s.configs[o] = c;
     }
@@ -97,6 +111,9 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
     INFO(model << " step " << step << " op " << g->op(o).name << " "
                << c.str(g->op(o).sem) << (undo ? " (undone)" : ""));
     REQUIRE(*t == ft);
+    // A stop is a proof that the makespan passes the limit.
+    if (stopped && !undo)
+      REQUIRE(ft > limit);
     REQUIRE(timeline(*tg) == timeline(*fresh));
     // Memory is kept incrementally; it must equal a fresh count.
     for (DeviceId d = 0; d < topo.numDevices(); ++d) {
@@ -122,10 +139,10 @@ TEST_CASE("delta simulation equals full simulation on an unrolled RNN",
   deltaEqualsFull("rnntc", 32, "dgx-h100-1", 60, 2);
 }
 
-static const char *kZoo[] = {"lenet",    "alexnet",     "vgg16",
+static const char *kZoo[] = {"lenet",     "alexnet",      "vgg16",
                              "resnet101", "inception_v3", "wide_resnet101_2",
-                             "mlp",       "rnntc",       "rnnlm",
-                             "nmt",       "transformer", "gpt2"};
+                             "mlp",       "rnntc",        "rnnlm",
+                             "nmt",       "transformer",  "gpt2"};
 
 TEST_CASE("delta equals full on every zoo model, p100-4x4 and dgx-h100-2",
           "[Sim][zoo]") {

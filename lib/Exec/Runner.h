@@ -1,0 +1,172 @@
+// The executor's per-rank driver (private to lib/Exec): the tasks of every
+// op and micro-batch on this rank, the weights it holds (whole boxes, or
+// ZeRO shards), their gradients and optimizer state, and the schedule that
+// walks forward, recomputation, backward and the optimizer step in the same
+// order on every rank. Executor.cpp runs the ops; ExecutorWeights.cpp
+// holds, synchronises and updates the weights.
+#ifndef SOAP_EXEC_RUNNER_H
+#define SOAP_EXEC_RUNNER_H
+
+#include "Assemble.h"
+#include "Kernels.h"
+#include "soap/Exec/Executor.h"
+#include "soap/Support/Error.h"
+#include <map>
+#include <set>
+
+namespace soap {
+namespace exec {
+
+/// The shape a weight is addressed in: its users' view where they share
+/// one (checkExecutable refuses others), else its own.
+const std::vector<int64_t> &weightShape(const Graph &g, const Value &w);
+
+class Runner : public StatsExchange {
+public:
+  Runner(const Graph &g, const Strategy &s, Comm &comm, const ExecOptions &opts)
+      : g_(g), s_(s), comm_(comm), opts_(opts), me_(comm.rank()) {}
+
+  llvm::Expected<std::vector<StepResult>> run();
+
+  void allReduce(const std::vector<bool> &keep, std::vector<Buf *> &rows,
+                 Combine c) override;
+  void allGather(const std::vector<bool> &keep, int wide,
+                 std::vector<Buf *> &rows, bool partial) override;
+
+private:
+  struct OpPlan {
+    std::vector<Box> tiles;
+    std::vector<std::vector<Box>> inReg, outReg; // [operand][tile]
+    std::vector<int> localTask;                  // per tile, -1 if none
+  };
+
+  /// One distinct box of a weight that some ranks read, with the ranks
+  /// that hold it (its data-parallel group). Under ZeRO the box's elements
+  /// (row-major over the box) are split in parts of ceil(n / D), the last
+  /// ones shorter (possibly empty): member i owns part i.
+  struct WeightBox {
+    ValueId w = kNoValue;
+    Box box;
+    std::vector<int> group; ///< ascending
+    int zero = 0;           ///< effective stage: 0 on a group of one
+    std::vector<size_t> counts;
+    int member = -1; ///< this rank's index in group, -1 if not held here
+    size_t offset = 0, part = 0; ///< this member's part
+    // This rank's storage (member >= 0), tracked by the memory counter.
+    Buf weight;      ///< the whole box (zero < 3); lent to the tasks
+    FloatVec shard;  ///< zero == 3: this member's part of the weight
+    FloatVec grad;   ///< the whole box (zero < 2), else this member's part
+    FloatVec mbGrad; ///< zero >= 2: the current micro-batch's whole box
+    FloatVec m, v;   ///< optimizer state (of the part under ZeRO)
+    /// A gradient was added to `grad` this step (it is lent to a kernel
+    /// only before: adding a tile's rows onto an earlier sum would round
+    /// otherwise than summing the contributions).
+    bool touched = false;
+  };
+
+  std::vector<int> ranksOf(OpId o, int64_t k) const {
+    const OpConfig &c = s_.configs[o];
+    std::vector<int> r;
+    for (int32_t x = 0; x < c.replicas; ++x)
+      r.push_back(static_cast<int>(c.device(k, x)));
+    return r;
+  }
+  /// The current micro-batch's plan and tasks of op `o`.
+  const OpPlan &plan(OpId o) const { return plans_[size_t(mb_)][size_t(o)]; }
+  std::vector<Task> &tasks(OpId o) { return tasks_[size_t(mb_)][size_t(o)]; }
+  const Task *localTask(OpId o, int64_t k) const {
+    int t = plan(o).localTask[k];
+    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
+  }
+  Task *localTask(OpId o, int64_t k) {
+    int t = plan(o).localTask[k];
+    return t < 0 ? nullptr : &tasks_[size_t(mb_)][size_t(o)][size_t(t)];
+  }
+
+  void assemble(const std::vector<Src> &srcs, const std::vector<Dst> &dsts,
+                Combine c) {
+    exec::assemble(comm_, srcs, dsts, c);
+  }
+  void setUp();
+  void fillLocal(const Value &v, const Box &box, Buf &out);
+  /// Gathers op `o`'s activation input `i` from its producer's tiles.
+  void gatherInput(OpId o, size_t i);
+  /// The forward pass of `o` for micro-batch mb_; `again`: a
+  /// recomputation before its backward (the kept inputs stay).
+  void forward(OpId o, bool again = false);
+  /// A recomputed op's forward run again (its recomputed producers first).
+  void recompute(OpId o);
+  void backward(OpId o);
+  /// Frees what `o`'s forward leaves that its backward does not read.
+  void dropAfterForward(OpId o);
+  /// Counts `o`'s forward as its inputs' reader; frees what no later
+  /// forward reads and no backward needs.
+  void pendingDone(OpId o);
+  /// One micro-batch's forward (or backward) of the ops of `stage`.
+  llvm::Error runItem(int32_t stage, bool backwardPass);
+  /// Every micro-batch of a step, each stage's work in its schedule's
+  /// order, interleaved across stages as their dependencies allow.
+  llvm::Error runStep();
+  double gatherLoss();
+  std::vector<int64_t> gatherPeaks(int64_t mine);
+  llvm::Error dumpWeights();
+  llvm::Error backendError(OpId o) const {
+    std::string e = exec::takeBackendError();
+    if (e.empty())
+      return llvm::Error::success();
+    return internalError("{}: {} backend: {}", g_.where(o), opts_.backend, e);
+  }
+
+  // ExecutorWeights.cpp.
+  llvm::Error setUpWeights();
+  /// Puts every weight input of `o`'s local tasks in place (a lent box,
+  /// or, under ZeRO-3, gathered from the group's shards).
+  void lendWeights(OpId o);
+  /// Takes them back (ZeRO-3: frees the gathered copies).
+  void returnWeights(OpId o);
+  /// Hands the kernels the gradient accumulators to add into (where they
+  /// add: not oneDNN's convolution, which writes its weight gradient).
+  void lendGradients(OpId o);
+  /// Adds the weight gradients of `o`'s local tasks to the accumulators
+  /// and, after the last user of a ZeRO-2/3 weight, reduce-scatters the
+  /// micro-batch's gradient.
+  void accumulateGradients(OpId o);
+  /// Sums every weight's gradient over its group and takes the optimizer
+  /// step (ZeRO: on this member's part, then the parts all-gathered).
+  void syncWeights();
+  void updatePart(float *w, const float *g, float *m, float *v, size_t n);
+  /// The whole box of `wb` on a member (ZeRO-3: gathered into `tmp`).
+  const Buf &wholeWeight(WeightBox &wb, Buf &tmp);
+
+  const Graph &g_;
+  const Strategy &s_;
+  Comm &comm_;
+  const ExecOptions &opts_;
+  int me_;
+  int64_t step_ = 0;
+  OpId cur_ = -1;
+  int32_t mb_ = 0; ///< the micro-batch being run
+  /// Per micro-batch and op (one micro-batch without a pipeline).
+  std::vector<std::vector<OpPlan>> plans_;
+  std::vector<std::vector<std::vector<Task>>> tasks_;
+  std::map<ValueId, int64_t> intRange_; // integer inputs' range
+  /// Per micro-batch, op and output: consumer forwards yet to read it.
+  std::vector<std::vector<std::vector<int>>> pending_;
+  /// Per micro-batch and op: its forward ran again for the backward.
+  std::vector<std::vector<uint8_t>> recomputed_;
+  std::vector<WeightBox> boxes_;
+  /// Per op, per operand: the index in boxes_ of each tile's weight box
+  /// (empty for operands that are not weights).
+  std::vector<std::vector<std::vector<size_t>>> boxOf_;
+  /// Per weight: its boxes (indices in boxes_), and its last user in
+  /// backward order (the lowest op id), after which ZeRO-2/3 reduce.
+  std::map<ValueId, std::vector<size_t>> boxesOfWeight_;
+  std::map<ValueId, OpId> lastUser_;
+  /// Weights whose boxes overlap partially: summed by assembly.
+  std::set<ValueId> unclean_;
+};
+
+} // namespace exec
+} // namespace soap
+
+#endif // SOAP_EXEC_RUNNER_H

@@ -14,6 +14,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     ImportOptions opts;
     opts.batch = 2;
+    opts.keepConstantData = true; // as soap-run imports
     auto g = importOnnx(argv[i], opts);
     if (!g) {
       fmt::print("{}\timport: {}\n", argv[i], errorMessage(g.takeError()));

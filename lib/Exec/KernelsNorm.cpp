@@ -52,9 +52,11 @@ bool isBatchNorm(const Op &op) { return op.kind == "BatchNormalization"; }
 
 llvm::Error checkNorm(const Graph &g, const Op &op) {
   if (isBatchNorm(op)) {
-    if (op.getInt("training_mode", 1) == 0)
-      return inputError("BatchNormalization in inference mode is not "
-                        "supported (training graphs only)");
+    // training_mode = 0 (an eval export at opset >= 14; opset <= 13 eval
+    // exports do not say) is trained as the simulator models every
+    // BatchNormalization: batch statistics, synchronised over the tiles
+    // that share a channel, as PyTorch's model.train() computes. The
+    // running mean and variance are inputs nothing updates.
     for (size_t j = 1; j < op.outputs.size(); ++j)
       if (op.outputs[j] != kNoValue && !g.value(op.outputs[j]).users.empty())
         return inputError("the running statistics outputs are not supported");

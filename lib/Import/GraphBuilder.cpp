@@ -6,12 +6,11 @@
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <fmt/ranges.h>
+#include <limits>
 
 namespace soap {
 namespace import {
 namespace {
-
-constexpr int64_t kMaxKeptData = 4096;
 
 llvm::Expected<DType> toDType(int32_t elemType) {
   using TP = onnx::TensorProto;
@@ -56,6 +55,11 @@ private:
   std::map<std::string, ValueKind> constKind_;
   std::set<std::string> used_; ///< tensors read by IR ops or graph outputs
 
+  /// The most elements of a constant whose values the IR gets.
+  int64_t keptElements() const {
+    return s_.opts.keepConstantData ? std::numeric_limits<int64_t>::max()
+                                    : kMaxKeptConstData;
+  }
   const std::string &resolve(const std::string &name) const {
     auto it = alias_.find(name);
     return it == alias_.end() ? name : it->second;
@@ -144,7 +148,9 @@ llvm::Error Builder::markLive(std::vector<bool> &live) {
   for (const auto &vi : g_.output())
     work.push_back(vi.name());
   for (int i = 0; i < g_.node_size(); ++i)
-    if (!s_.folded[i] && OpRegistry::instance().lookup(kindOf(g_.node(i))) &&
+    if (!s_.folded[i] &&
+        (OpRegistry::instance().lookup(kindOf(g_.node(i))) ||
+         isLoweredOp(g_.node(i))) &&
         !isAlias(i)) {
       live[i] = true;
       const onnx::NodeProto &n = g_.node(i);
@@ -167,7 +173,7 @@ llvm::Error Builder::markLive(std::vector<bool> &live) {
       work.push_back(n.input(0));
       continue;
     }
-    if (!OpRegistry::instance().lookup(kindOf(n)))
+    if (!OpRegistry::instance().lookup(kindOf(n)) && !isLoweredOp(n))
       return inputError("{}: unsupported operator '{}' (domain '{}'){}",
                         s_.where(i), n.op_type(), n.domain(),
                         isFoldableOp(n) ? ": its inputs are not constant, so "
@@ -243,7 +249,7 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     if (v.kind == ValueKind::Weight)
       v.dimClasses.assign(v.shape.rank(), DimClass::Parameter);
     if (v.kind == ValueKind::Constant && v.hasData) {
-      auto ct = constFromProto(t, kMaxKeptData);
+      auto ct = constFromProto(t, keptElements());
       if (!ct)
         return withContext(ct.takeError(),
                            fmt::format("{}: {}: ", s_.path, s_.describe(name)));
@@ -255,7 +261,7 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     v.shape.dims = c->second.dims;
     v.kind = ValueKind::Constant;
     v.hasData = c->second.hasData;
-    if (c->second.hasData && c->second.numElements() <= kMaxKeptData)
+    if (c->second.hasData && c->second.numElements() <= keptElements())
       v.data = c->second.asDoubles();
   } else {
     return internalError("{}: tensor '{}' has no value before its use", s_.path,
@@ -313,6 +319,17 @@ llvm::Expected<std::unique_ptr<Graph>> Builder::run() {
   for (int i = 0; i < g_.node_size(); ++i) {
     if (!live[i])
       continue;
+    if (isLoweredOp(g_.node(i))) {
+      auto lowered = lowerEinsum(s_, i);
+      if (!lowered)
+        return lowered.takeError();
+      for (IrNode &ir : *lowered) {
+        for (std::string &in : ir.inputs)
+          in = resolve(in);
+        nodes.push_back(std::move(ir));
+      }
+      continue;
+    }
     auto ir = convert(i);
     if (!ir)
       return ir.takeError();

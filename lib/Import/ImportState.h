@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ struct ImportState {
   std::map<std::string, int> producer;
   /// Types after the latest shape inference (every tensor it saw).
   std::map<std::string, TensorInfo> infos;
+  /// Output types that soapc infers where ONNX's inference does not
+  /// (Einsum), given to each inference as value_info.
+  std::map<std::string, TensorInfo> inferredHere;
 
   const onnx::GraphProto &graph() const { return model.graph(); }
   /// "model.onnx: node 'conv1'"
@@ -118,6 +122,18 @@ llvm::Error foldAndInfer(ImportState &s);
 /// where the sample dim is). Returns whether anything changed.
 bool unmergeSampleRows(ImportState &s, const Graph &g,
                        std::vector<IrNode> &nodes);
+
+/// Whether node `n` is lowered to several IR ops rather than imported as
+/// one (Einsum).
+bool isLoweredOp(const onnx::NodeProto &n);
+/// The output dims of Einsum node i from its operands' dims in s.infos;
+/// nullopt while they are unknown or when lowerEinsum would refuse it
+/// (ONNX's own inference gives only the rank).
+std::optional<std::vector<int64_t>> einsumDims(const ImportState &s, int i);
+/// Einsum node i as Transpose / ReduceSum / Reshape / MatMul nodes, the
+/// last writing the Einsum's output; an equation it cannot lower is an
+/// inputError naming the node and the equation.
+llvm::Expected<std::vector<IrNode>> lowerEinsum(ImportState &s, int i);
 
 /// Builds, checks and returns the IR graph (loss appended when asked).
 llvm::Expected<std::unique_ptr<Graph>> buildGraph(ImportState &s);

@@ -31,7 +31,7 @@ llvm::Error checkOperators(const ImportState &s) {
         defaultDomain ? n.op_type() : n.domain() + "." + n.op_type();
     // Shape arithmetic may fold away and a Pad may merge into its reader;
     // what remains of them is checked when the IR is built.
-    if (OpRegistry::instance().lookup(kind) ||
+    if (OpRegistry::instance().lookup(kind) || isLoweredOp(n) ||
         (defaultDomain && (isFoldableOp(n) || n.op_type() == "Pad")))
       continue;
     return inputError("{}: unsupported operator '{}' (domain '{}')", s.where(i),
@@ -94,9 +94,9 @@ llvm::Error checkWindowAttributes(const ImportState &s) {
 
 namespace {
 
-llvm::Expected<std::unique_ptr<Graph>>
-runImport(llvm::StringRef path, const llvm::StringRef *bytes,
-          const ImportOptions &opts) {
+llvm::Expected<std::unique_ptr<Graph>> runImport(llvm::StringRef path,
+                                                 const llvm::StringRef *bytes,
+                                                 const ImportOptions &opts) {
   if (auto err = opts.validate())
     return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));
   import::ImportState s;

@@ -35,7 +35,8 @@ const std::set<std::string> &foldableOps() {
                                             "Concat",      "Unsqueeze",
                                             "Squeeze",     "Reshape",
                                             "Expand",      "Range",
-                                            "Trilu",       "Transpose"};
+                                            "Trilu",       "Transpose",
+                                            "ScatterND"};
   return ops;
 }
 
@@ -270,6 +271,59 @@ llvm::Expected<FoldStatus> foldShapeOp(const onnx::NodeProto &n, Ins ins,
     }
     return FoldStatus::Folded;
   }
+  if (op == "ScatterND") {
+    // Swin's shifted-window attention mask: slices of a zero image written
+    // with region labels, all from constants.
+    const ConstTensor &idx = *ins[1], &upd = *ins[2];
+    std::string reduction = "none";
+    if (const onnx::AttributeProto *r = findAttr(n, "reduction"))
+      reduction = r->s();
+    if (reduction != "none" && reduction != "add" && reduction != "mul")
+      return inputError("ScatterND reduction '{}' is not supported", reduction);
+    int64_t q = static_cast<int64_t>(idx.dims.size());
+    int64_t k = q ? idx.dims.back() : 0;
+    if (q < 1 || k < 1 || k > rank)
+      return inputError("ScatterND indices [{}] do not index data of rank {}",
+                        fmt::join(idx.dims, ", "), rank);
+    std::vector<int64_t> updDims(idx.dims.begin(), idx.dims.end() - 1);
+    updDims.insert(updDims.end(), a.dims.begin() + k, a.dims.end());
+    if (upd.dims != updDims)
+      return inputError("ScatterND updates [{}] are not [{}]",
+                        fmt::join(upd.dims, ", "), fmt::join(updDims, ", "));
+    if (!allocateLike(out, a.elemType, a.dims, maxElements))
+      return FoldStatus::TooLarge;
+    for (int64_t i = 0, e = a.numElements(); i < e; ++i)
+      setFrom(out, i, a, i);
+    std::vector<int64_t> strides = stridesOf(a.dims);
+    int64_t slice = strides[k - 1]; // elements of one indexed slice
+    int64_t rows = idx.numElements() / k;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t off = 0;
+      for (int64_t d = 0; d < k; ++d) {
+        int64_t j = idx.getInt(r * k + d);
+        if (j < -a.dims[d] || j >= a.dims[d])
+          return inputError("ScatterND index {} is out of range for a dim "
+                            "of {}",
+                            j, a.dims[d]);
+        off += (j < 0 ? j + a.dims[d] : j) * strides[d];
+      }
+      for (int64_t x = 0; x < slice; ++x) {
+        int64_t o = off + x, u = r * slice + x;
+        if (reduction == "none") {
+          setFrom(out, o, upd, u);
+        } else if (out.isFloat()) {
+          double v = upd.getDouble(u);
+          out.floats[o] =
+              reduction == "add" ? out.floats[o] + v : out.floats[o] * v;
+        } else {
+          int64_t v = upd.getInt(u);
+          out.ints[o] = reduction == "add" ? out.ints[o] + v : out.ints[o] * v;
+        }
+      }
+    }
+    normalise(out);
+    return FoldStatus::Folded;
+  }
   return FoldStatus::NotFoldable;
 }
 
@@ -385,6 +439,8 @@ llvm::Expected<FoldStatus> foldNode(const onnx::NodeProto &n, Ins ins,
   if ((op == "Gather" || op == "Reshape" || op == "Expand") && !need(2))
     return FoldStatus::NotFoldable;
   if (op == "Concat" && !need(ins.size()))
+    return FoldStatus::NotFoldable;
+  if (op == "ScatterND" && !need(3))
     return FoldStatus::NotFoldable;
   if (op == "Slice" && ins.size() > 1 && !need(3))
     return FoldStatus::NotFoldable;

@@ -66,6 +66,8 @@ onnx::ModelProto inferenceModel(const ImportState &s) {
                       c->second.dims);
     }
   }
+  for (const auto &[name, info] : s.inferredHere)
+    setTensorType(*ig->add_value_info(), name, info.elemType, info.dims);
   for (const auto &vi : g.output()) {
     onnx::ValueInfoProto *o = ig->add_output();
     o->set_name(vi.name());
@@ -115,7 +117,27 @@ TensorInfo infoOf(const onnx::TypeProto &type) {
   return info;
 }
 
-llvm::Error runInference(ImportState &s) {
+/// Output types of Einsum nodes whose operands' shapes the last inference
+/// knew and that inference left unknown; whether it found any.
+bool inferEinsums(ImportState &s) {
+  bool found = false;
+  const onnx::GraphProto &g = s.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    if (s.folded[i] || !isLoweredOp(n) || n.output_size() != 1 ||
+        s.inferredHere.count(n.output(0)))
+      continue;
+    auto dims = einsumDims(s, i);
+    auto in = s.infos.find(n.input(0));
+    if (!dims || in == s.infos.end())
+      continue;
+    s.inferredHere[n.output(0)] = TensorInfo{in->second.elemType, true, *dims};
+    found = true;
+  }
+  return found;
+}
+
+llvm::Error inferOnce(ImportState &s) {
   onnx::ModelProto m = inferenceModel(s);
   try {
     // check_type, strict errors, data propagation (Shape -> Reshape chains).
@@ -136,6 +158,16 @@ llvm::Error runInference(ImportState &s) {
   for (const auto *list : {&g.input(), &g.value_info(), &g.output()})
     for (const auto &vi : *list)
       s.infos[vi.name()] = infoOf(vi.type());
+  return llvm::Error::success();
+}
+
+/// ONNX inference, then soapc's for the Einsums it could not size, until
+/// those are known.
+llvm::Error runInference(ImportState &s) {
+  do {
+    if (auto err = inferOnce(s))
+      return err;
+  } while (inferEinsums(s));
   return llvm::Error::success();
 }
 

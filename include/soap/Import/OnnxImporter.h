@@ -29,6 +29,11 @@ struct ImportOptions {
   /// than the bytes they say they use (soap-run, which trains, asks for
   /// this). Otherwise absent external data is fine: only dims are needed.
   bool requireExternalData = false;
+  /// Keep the values of every constant the graph computes with (soap-run,
+  /// which computes, asks for this: GPT-2's 1024 x 1024 causal mask, Swin's
+  /// shifted-window masks). Otherwise constants past kMaxKeptConstData
+  /// elements keep their dims only, which is all the searchers need.
+  bool keepConstantData = false;
 
   /// Errors unless batch >= 1.
   llvm::Error validate() const;
@@ -45,6 +50,9 @@ constexpr uint64_t kMaxModelBytes = 2147483647;
 constexpr int64_t kMaxOnnxNodes = 100000;
 /// The default-domain opsets the importer accepts.
 constexpr int64_t kMinOpset = 7, kMaxOpset = 17;
+/// The most elements of a constant whose values the IR keeps unless
+/// ImportOptions::keepConstantData is set.
+constexpr int64_t kMaxKeptConstData = 4096;
 /// The deepest nesting of subgraphs (If/Loop/Scan bodies) that is parsed;
 /// deeper files are refused before anything recurses into them.
 constexpr int kMaxSubgraphNesting = 100;

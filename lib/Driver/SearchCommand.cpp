@@ -30,6 +30,10 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
   if (out->result.proposals > 0 && out->searchSeconds > 0)
     how += fmt::format(", {:.0f} proposals/s",
                        double(out->result.proposals) / out->searchSeconds);
+  if (out->result.rejectedEarly > 0)
+    how += fmt::format(", {:.0f}% rejected before their simulation ended",
+                       100.0 * double(out->result.rejectedEarly) /
+                           double(out->result.proposals));
   if (out->result.provenOptimal)
     how += ", proven optimal";
   const char *ended = out->budgetEnded ? "budget ended" : "timed out";

@@ -311,7 +311,23 @@ void Runner::forward(OpId o, bool again) {
         fillLocal(v, p.inReg[i][t.tile], t.in[i]);
       continue;
     }
-    gatherInput(o, i);
+    OpId prod = v.producer;
+    size_t j = size_t(v.producerOutput);
+    int &pend = pending_[size_t(mb_)][size_t(prod)][j];
+    if (!again && pend == 1 && freedAfterReaders(prod, j) &&
+        sameTiling(o, i, prod, j)) {
+      // The last reader takes the buffer its producer would free: no copy.
+      for (Task &t : ts) {
+        Buf &src = localTask(prod, t.tile)->out[j];
+        t.in[i].box = src.box; // the producer's backward reads its box
+        t.in[i].data = std::move(src.data);
+        src.drop();
+      }
+    } else {
+      gatherInput(o, i);
+    }
+    if (!again && --pend == 0)
+      outputRead(prod, j);
   }
   lendWeights(o);
   for (Task &t : ts)
@@ -332,6 +348,20 @@ static bool keepsOutput(const Strategy &s, const Op &op, size_t j) {
   return !s.recomputes(op.id) && saves(op, int(j), true);
 }
 
+/// Element-wise ops that save their inputs only (Mul, Div, Erf, Gelu...):
+/// their backward kernel reads the output too, which they compute again
+/// from the kept inputs just before it (an element-wise forward is cheap).
+static bool rerunsForward(const Op &op, const ExecOptions &opts) {
+  auto fn = elemFnOf(op.kind);
+  if (opts.backend != "cpu" || !fn || *fn == ElemFn::Add ||
+      *fn == ElemFn::Sub || *fn == ElemFn::Relu || op.sem.saved.empty())
+    return false;
+  for (const SavedOperand &so : op.sem.saved)
+    if (so.isOutput)
+      return false;
+  return true;
+}
+
 /// Ops whose backward kernel reads operands beyond what the semantics
 /// save (the generic element-wise loop reads every input and the output;
 /// pools and reductions read the output's size; LSTM its whole state), and
@@ -341,7 +371,8 @@ static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
     return true;
   llvm::StringRef k = op.kind;
   if (auto fn = elemFnOf(op.kind))
-    return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu;
+    return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu &&
+           !rerunsForward(op, opts);
   return k.contains("Pool") || k.startswith("Reduce") || k == "LSTM";
 }
 
@@ -361,6 +392,8 @@ void Runner::dropAfterForward(OpId o) {
       ValueId v = op.inputs[i];
       bool keep =
           (v != kNoValue && !isFloating(g_.value(v).dtype)) ||
+          (v != kNoValue && !rc && rerunsForward(op, opts_) &&
+           g_.value(v).kind == ValueKind::Constant) ||
           (rc ? keptForRecompute(g_, s_, op, i) : saves(op, int(i), false));
       if (!keep)
         t.in[i].drop();
@@ -373,42 +406,57 @@ void Runner::dropAfterForward(OpId o) {
   pendingDone(o);
 }
 
-void Runner::pendingDone(OpId o) {
-  const Op &op = g_.op(o);
-  // Outputs nobody reads in the forward pass; and producers whose last
-  // consumer this was.
-  auto done = [&](OpId prod, size_t j) {
-    const Op &po = g_.op(prod);
-    if (po.kind == "Relu" && j == 0 && keepsOutput(s_, po, j) &&
-        opts_.backend == "cpu") {
-      // Kept as its 1-byte mask, as the semantics count it.
-      for (Task &t : tasks(prod)) {
-        t.mask.resize(t.out[0].data.size());
-        for (size_t k = 0; k < t.mask.size(); ++k)
-          t.mask[k] = t.out[0].data[k] > 0;
-        t.out[0].drop();
-      }
-      return;
-    }
-    if (keepsOutput(s_, po, j) ||
-        (!s_.recomputes(prod) && keepsAllOperands(po, opts_)))
-      return;
-    for (Task &t : tasks(prod))
-      if (j < t.out.size())
-        t.out[j].drop();
+bool Runner::freedAfterReaders(OpId prod, size_t j) const {
+  const Op &po = g_.op(prod);
+  return !keepsOutput(s_, po, j) &&
+         (s_.recomputes(prod) || !keepsAllOperands(po, opts_));
+}
+
+bool Runner::sameTiling(OpId o, size_t i, OpId prod, size_t j) const {
+  const OpPlan &c = plan(o), &p = plan(prod);
+  if (c.tiles.size() != p.tiles.size())
+    return false;
+  auto same = [](const Box &a, const Box &b) {
+    return a.lo == b.lo && a.hi == b.hi;
   };
-  std::vector<std::vector<int>> &pend = pending_[size_t(mb_)];
-  for (size_t j = 0; j < op.outputs.size(); ++j)
-    if (op.outputs[j] != kNoValue && pend[size_t(o)][j] == 0)
-      done(o, j);
-  for (ValueId v : op.inputs) {
-    if (v == kNoValue || g_.value(v).kind != ValueKind::Activation)
-      continue;
-    OpId prod = g_.value(v).producer;
-    size_t j = size_t(g_.value(v).producerOutput);
-    if (--pend[size_t(prod)][j] == 0)
-      done(prod, j);
+  for (size_t k = 0; k < c.tiles.size(); ++k) {
+    if (!same(c.inReg[i][k], p.outReg[j][k]) ||
+        ranksOf(o, int64_t(k)) != ranksOf(prod, int64_t(k)))
+      return false;
+    // Tiles writing one region are partial sums: they must be added.
+    for (size_t k2 = 0; k2 < k; ++k2)
+      if (same(p.outReg[j][k2], p.outReg[j][k]))
+        return false;
   }
+  return true;
+}
+
+void Runner::outputRead(OpId prod, size_t j) {
+  const Op &po = g_.op(prod);
+  if (po.kind == "Relu" && j == 0 && keepsOutput(s_, po, j) &&
+      opts_.backend == "cpu") {
+    // Kept as its 1-byte mask, as the semantics count it.
+    for (Task &t : tasks(prod)) {
+      t.mask.resize(t.out[0].data.size());
+      for (size_t k = 0; k < t.mask.size(); ++k)
+        t.mask[k] = t.out[0].data[k] > 0;
+      t.out[0].drop();
+    }
+    return;
+  }
+  if (!freedAfterReaders(prod, j))
+    return;
+  for (Task &t : tasks(prod))
+    if (j < t.out.size())
+      t.out[j].drop();
+}
+
+void Runner::pendingDone(OpId o) {
+  // Outputs nobody reads in the forward pass.
+  const Op &op = g_.op(o);
+  for (size_t j = 0; j < op.outputs.size(); ++j)
+    if (op.outputs[j] != kNoValue && pending_[size_t(mb_)][size_t(o)][j] == 0)
+      outputRead(o, j);
 }
 
 void Runner::recompute(OpId o) {
@@ -457,8 +505,25 @@ void Runner::backward(OpId o) {
       continue;
     }
     const Value &v = g_.value(vid);
-    std::vector<Src> srcs;
     std::set<OpId> users(v.users.begin(), v.users.end());
+    // One contribution tiled as this output: taken, not copied.
+    std::vector<std::pair<OpId, size_t>> readers;
+    for (OpId u : users)
+      for (size_t i = 0; i < g_.op(u).inputs.size(); ++i)
+        if (g_.op(u).inputs[i] == vid &&
+            contains(g_.op(u).sem.gradInputs, int(i)))
+          readers.emplace_back(u, i);
+    if (readers.size() == 1 &&
+        sameTiling(readers[0].first, readers[0].second, o, j)) {
+      for (Task &t : ts) {
+        Buf &src = localTask(readers[0].first, t.tile)->gin[readers[0].second];
+        t.gout[j].box = p.outReg[j][t.tile];
+        t.gout[j].data = std::move(src.data);
+        src = Buf();
+      }
+      continue;
+    }
+    std::vector<Src> srcs;
     for (OpId u : users) {
       const Op &uo = g_.op(u);
       for (size_t i = 0; i < uo.inputs.size(); ++i) {
@@ -498,6 +563,13 @@ void Runner::backward(OpId o) {
     }
   lendWeights(o);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
+  if (!s_.recomputes(o) && rerunsForward(op, opts_)) {
+    for (Task &t : ts)
+      for (size_t j = 0; j < op.outputs.size(); ++j)
+        if (op.outputs[j] != kNoValue)
+          t.out[j].reset(p.outReg[j][t.tile]);
+    exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+  }
   exec::findKernel(op.kind, opts_.backend)->backward(ctx);
   returnWeights(o);
   accumulateGradients(o);

@@ -99,9 +99,16 @@ private:
   void backward(OpId o);
   /// Frees what `o`'s forward leaves that its backward does not read.
   void dropAfterForward(OpId o);
-  /// Counts `o`'s forward as its inputs' reader; frees what no later
-  /// forward reads and no backward needs.
+  /// Frees `o`'s outputs that no forward reads and no backward needs.
   void pendingDone(OpId o);
+  /// After output `j` of `prod`'s last reader: frees it, or keeps what its
+  /// backward reads (a Relu's mask).
+  void outputRead(OpId prod, size_t j);
+  /// Whether output `j` of `prod` is freed once its readers have run.
+  bool freedAfterReaders(OpId prod, size_t j) const;
+  /// Whether `o`'s input `i` is exactly `prod`'s output `j` tile by tile
+  /// (same boxes on the same ranks, no partial sums): a move, not a copy.
+  bool sameTiling(OpId o, size_t i, OpId prod, size_t j) const;
   /// One micro-batch's forward (or backward) of the ops of `stage`.
   llvm::Error runItem(int32_t stage, bool backwardPass);
   /// Every micro-batch of a step, each stage's work in its schedule's

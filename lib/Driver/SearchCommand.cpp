@@ -27,9 +27,11 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
   const SimMetrics &m = out->metrics;
   std::string how = fmt::format("{} proposals, {:.2f} s", out->result.proposals,
                                 out->searchSeconds);
-  if (out->result.proposals > 0 && out->searchSeconds > 0)
-    how += fmt::format(", {:.0f} proposals/s",
-                       double(out->result.proposals) / out->searchSeconds);
+  if (out->result.proposals > 0 && out->searchSeconds > 0) {
+    double rate = double(out->result.proposals) / out->searchSeconds;
+    how += rate < 10 ? fmt::format(", {:.2f} proposals/s", rate)
+                     : fmt::format(", {:.0f} proposals/s", rate);
+  }
   if (out->result.rejectedEarly > 0)
     how += fmt::format(", {:.0f}% rejected before their simulation ended",
                        100.0 * double(out->result.rejectedEarly) /

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -410,16 +411,39 @@ public:
     // first: past the deadline only the first job runs, and it should start
     // from the best (on a model that data parallelism cannot hold, a
     // pipelined start).
+    // A start whose task graph is more than four times data parallelism's
+    // (a random or balanced strategy on 1,024 GPUs: every tile of an op
+    // talks to every tile of the next) is skipped: it would not fit in
+    // RAM, let alone be a good start.
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
+    size_t maxTasks = 0;
     for (size_t c = 0; c < initial.size(); ++c) {
-      auto e = evaluate(p, initial[c]);
-      if (!e)
-        return e.takeError();
-      rank.push_back({{!e->second, e->first}, c});
+      SimContext ctx = p.context();
+      ctx.maxTasks = maxTasks;
+      auto tg = TaskGraph::build(ctx, initial[c]);
+      if (!tg) {
+        bool tooLarge = false;
+        llvm::Error rest =
+            llvm::handleErrors(tg.takeError(), [&](const TaskGraphTooLarge &) {
+              tooLarge = true;
+            });
+        if (rest)
+          return llvm::Error(std::move(rest));
+        spdlog::info("mcmc: start {} skipped: its task graph has more than "
+                     "{} tasks",
+                     c, maxTasks);
+        continue;
+      }
+      if (c == 0)
+        maxTasks = std::max<size_t>(size_t(1) << 20, 4 * tg->numAlive());
+      Simulator sim(*tg);
+      Seconds time = sim.simulateFull();
+      bool fits = tg->fits();
+      rank.push_back({{!fits, time}, c});
       // Data parallelism that does not fit: also start from it with
       // selective and with full activation recomputation, with ZeRO-1
       // and -3 (FSDP), and with ZeRO-3 and selective recomputation.
-      if (c == 0 && !e->second) {
+      if (c == 0 && !fits) {
         using R = MemorySaving::Recompute;
         for (MemorySaving m :
              {MemorySaving{0, R::Selective}, MemorySaving{0, R::Full},

@@ -67,6 +67,16 @@ TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c) {
 
 using namespace detail;
 
+char TaskGraphTooLarge::ID = 0;
+
+void TaskGraphTooLarge::log(llvm::raw_ostream &os) const {
+  os << "the task graph has more than " << limit_ << " tasks";
+}
+
+std::error_code TaskGraphTooLarge::convertToErrorCode() const {
+  return std::make_error_code(std::errc::not_enough_memory);
+}
+
 TaskId TaskGraph::newTask(Task t) {
   t.alive = true;
   ++numAlive_;
@@ -429,12 +439,18 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
   tg.workspaces_.assign(ctx.topo.numDevices(), {});
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
-  for (const Op &o : g.ops())
+  for (const Op &o : g.ops()) {
     if (auto err = tg.buildOp(o.id))
       return llvm::Error(std::move(err));
+    if (ctx.maxTasks && tg.numAlive_ > ctx.maxTasks)
+      return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
+  }
   tg.edgeTasks_.resize(tg.edges_.size());
-  for (size_t e = 0; e < tg.edges_.size(); ++e)
+  for (size_t e = 0; e < tg.edges_.size(); ++e) {
     tg.buildEdge(e, tg.edgeTasks_[e]);
+    if (ctx.maxTasks && tg.numAlive_ > ctx.maxTasks)
+      return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
+  }
   for (ValueId w : tg.weights_)
     tg.buildWeight(w, tg.weightTasks_[w]);
   tg.stageTasks_.resize(size_t(s.pipeline.numStages()));

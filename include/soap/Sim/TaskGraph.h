@@ -95,6 +95,21 @@ struct SimContext {
   const CostModel &cost;
   const CollectiveModel &collectives;
   Optimizer optimizer = Optimizer::Sgd;
+  /// TaskGraph::build gives up (TaskGraphTooLarge) past this many tasks; 0:
+  /// no limit. Searchers skip a start whose graph would not fit in RAM.
+  size_t maxTasks = 0;
+};
+
+/// TaskGraph::build passed SimContext::maxTasks.
+class TaskGraphTooLarge : public llvm::ErrorInfo<TaskGraphTooLarge> {
+public:
+  static char ID;
+  explicit TaskGraphTooLarge(size_t limit) : limit_(limit) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+private:
+  size_t limit_;
 };
 
 class TaskGraph {

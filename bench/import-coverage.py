@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """bench/import-coverage.py [--models a,b] [--opsets 13,17] [--modes eval,train]
                             [--cache DIR] [--build DIR] [--out FILE]
+                            [--merge PARTIAL.json,...]
 
 Issue 19's numbers: every classification model of torchvision.models
 (list_models(), 80 in torchvision 0.14) plus nn.TransformerEncoder and a GPT
 block, each exported by torch.onnx.export at opset 13 and 17, in eval mode
 (TrainingMode.EVAL: BatchNorm folded, Dropout gone) and in training mode
-(TrainingMode.TRAINING: BatchNorm and Dropout kept), constant folding on, a
-symbolic batch axis, weights stripped (floating initializers past 16
+(TrainingMode.TRAINING: BatchNorm and Dropout kept), constant folding on
+(off for training exports of models with a relative_position_bias_table:
+Swin and MaxViT, see export_one), a symbolic batch axis, weights stripped (floating initializers past 16
 elements keep dims only, as the zoo's). Then for each export:
 
   imports    soapc dump imports it (else the error, shortened)
@@ -111,6 +113,15 @@ def export_one(name, opset, mode, path):
             if isinstance(m, StochasticDepth) and m.p > 0:
                 m.p = 0.0
                 dropped += 1
+    # torch 1.13's constant folding in training mode replaces a parameter
+    # gathered by a constant index (Swin's and MaxViT's
+    # relative_position_bias_table[relative_position_index]) by a new
+    # initializer of the gathered size ([2401, heads] for [169, heads]):
+    # the file no longer holds the parameter. Those models are exported
+    # without folding in training mode (soapc folds the shape arithmetic).
+    fold = not (training and any(
+        k.endswith("relative_position_bias_table")
+        for k, _ in model.named_parameters()))
     x = torch.randn(*shape)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(path))
     onnx_path = os.path.join(tmp, "m.onnx")
@@ -120,7 +131,7 @@ def export_one(name, opset, mode, path):
         model, (x,), onnx_path, opset_version=opset,
         training=torch.onnx.TrainingMode.TRAINING if training
         else torch.onnx.TrainingMode.EVAL,
-        do_constant_folding=True, input_names=["input"],
+        do_constant_folding=fold, input_names=["input"],
         output_names=["output"],
         dynamic_axes={"input": {0: "N"}, "output": {0: "N"}})
     seconds = time.time() - t0
@@ -146,7 +157,8 @@ def export_one(name, opset, mode, path):
     info = {"pytorch_params": sum(p.numel() for p in model.parameters()),
             "onnx_params": onnx_params, "export_s": round(seconds, 1),
             "nodes": len(proto.graph.node),
-            "stochastic_depth_dropped": dropped}
+            "stochastic_depth_dropped": dropped,
+            "constant_folding": fold}
     with open(path + ".json", "w") as f:
         json.dump(info, f)
 
@@ -278,6 +290,85 @@ def cell(row):
             "yes" if row["soap_run_accepts"] else "no"]
 
 
+COLS = ["model", "opset", "mode", "imports", "params (soapc)", "S share",
+        "data fits", "soap-run"]
+WIDTHS = [22, 5, 5, 7, 36, 9, 10, 8]
+
+
+def header():
+    return "  ".join(c.ljust(w) for c, w in zip(COLS, WIDTHS))
+
+
+def row_lines(row):
+    cells = [row["model"], str(row["opset"]), row["mode"]] + cell(row)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells, WIDTHS))]
+    for key in ("export_error", "import_error", "data_error",
+                "soap_run_error"):
+        if key in row:
+            lines.append("      %s: %s" % (key, row[key]))
+    return "\n".join(lines)
+
+
+def summarise(rows):
+    done = [r for r in rows if "export_error" not in r]
+    imported = [r for r in done if r.get("imports")]
+
+    def share(pred, pool):
+        return "%d/%d" % (sum(1 for r in pool if pred(r)), len(pool))
+    return {
+        "exports": len(rows),
+        "exported": len(done),
+        "imports": share(lambda r: r.get("imports"), done),
+        "exact_params": share(
+            lambda r: r["soapc_params"] == r["reference_params"], imported),
+        "all_batch_ops_with_s": share(
+            lambda r: r.get("batch_ops") == r.get("batch_ops_with_s"),
+            imported),
+        "batch_ops_with_s": "%d/%d" % (
+            sum(r.get("batch_ops_with_s", 0) for r in imported),
+            sum(r.get("batch_ops", 0) for r in imported)),
+        "data_fits": share(lambda r: r.get("data_fits"), imported),
+        "soap_run_accepts": share(lambda r: r.get("soap_run_accepts"),
+                                  imported),
+    }
+
+
+def summary_line(summary):
+    return ("exported %d of %d (the rest: PyTorch's exporter fails); imports "
+            "%s; exact parameters %s; every batch op with S %s (ops: %s); "
+            "data parallel fits %s; soap-run accepts %s" % (
+                summary["exported"], summary["exports"], summary["imports"],
+                summary["exact_params"], summary["all_batch_ops_with_s"],
+                summary["batch_ops_with_s"], summary["data_fits"],
+                summary["soap_run_accepts"]))
+
+
+def merge(out, partials):
+    """Replaces the rows of `out` by those of the partial runs' JSON files
+    (same model, opset and mode), rewrites `out` and prints the table."""
+    key = (lambda r: (r["model"], r["opset"], r["mode"]))
+    with open(out) as f:
+        rows = json.load(f)["rows"]
+    index = {key(r): i for i, r in enumerate(rows)}
+    for path in partials.split(","):
+        with open(path) as f:
+            for r in json.load(f)["rows"]:
+                if key(r) in index:
+                    rows[index[key(r)]] = r
+                else:
+                    index[key(r)] = len(rows)
+                    rows.append(r)
+    print(header())
+    for r in rows:
+        print(row_lines(r))
+    summary = summarise(rows)
+    print("\n" + summary_line(summary))
+    with open(out, "w") as f:
+        json.dump({"summary": summary, "rows": rows}, f, indent=1)
+        f.write("\n")
+    print("wrote %s" % out)
+
+
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "--export-one":
         export_one(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
@@ -300,7 +391,14 @@ def main():
                     help="fill the cache with exports; measure nothing")
     ap.add_argument("--no-export", action="store_true",
                     help="measure only what the cache holds")
+    ap.add_argument("--merge", default="",
+                    help="JSON files of partial runs (comma-separated): "
+                    "replace their rows in --out, print the whole table; "
+                    "measure nothing")
     a = ap.parse_args()
+    if a.merge:
+        merge(a.out, a.merge)
+        return
     os.makedirs(a.cache, exist_ok=True)
     if a.models:
         names = a.models.split(",")
@@ -321,50 +419,15 @@ def main():
                         "ok" if path else err), flush=True)
         return
     rows = []
-    cols = ["model", "opset", "mode", "imports", "params (soapc)",
-            "S share", "data fits", "soap-run"]
-    widths = [22, 5, 5, 7, 36, 9, 10, 8]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), flush=True)
+    print(header(), flush=True)
     for name in names:
         for opset in map(int, a.opsets.split(",")):
             for mode in a.modes.split(","):
                 row = measure(a, name, opset, mode)
                 rows.append(row)
-                cells = [name, str(opset), mode] + cell(row)
-                print("  ".join(c.ljust(w) for c, w in zip(cells, widths)),
-                      flush=True)
-                for key in ("export_error", "import_error", "data_error",
-                            "soap_run_error"):
-                    if key in row:
-                        print("      %s: %s" % (key, row[key]), flush=True)
-    done = [r for r in rows if "export_error" not in r]
-    imported = [r for r in done if r.get("imports")]
-
-    def share(pred, pool):
-        return "%d/%d" % (sum(1 for r in pool if pred(r)), len(pool))
-    summary = {
-        "exports": len(rows),
-        "exported": len(done),
-        "imports": share(lambda r: r.get("imports"), done),
-        "exact_params": share(
-            lambda r: r["soapc_params"] == r["reference_params"], imported),
-        "all_batch_ops_with_s": share(
-            lambda r: r.get("batch_ops") == r.get("batch_ops_with_s"),
-            imported),
-        "batch_ops_with_s": "%d/%d" % (
-            sum(r.get("batch_ops_with_s", 0) for r in imported),
-            sum(r.get("batch_ops", 0) for r in imported)),
-        "data_fits": share(lambda r: r.get("data_fits"), imported),
-        "soap_run_accepts": share(lambda r: r.get("soap_run_accepts"),
-                                  imported),
-    }
-    print("\nexported %d of %d; imports %s; exact parameters %s; every "
-          "batch op with S %s (ops: %s); data parallel fits %s; soap-run "
-          "accepts %s" % (summary["exported"], summary["exports"],
-                          summary["imports"], summary["exact_params"],
-                          summary["all_batch_ops_with_s"],
-                          summary["batch_ops_with_s"], summary["data_fits"],
-                          summary["soap_run_accepts"]))
+                print(row_lines(row), flush=True)
+    summary = summarise(rows)
+    print("\n" + summary_line(summary))
     if not a.models or a.out != ap.get_default("out"):
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
         with open(a.out, "w") as f:

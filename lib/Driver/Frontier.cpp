@@ -7,6 +7,7 @@
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Search/Driver.h"
 #include "soap/Search/FrontierTracking.h"
+#include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
 
@@ -84,7 +85,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
                       "or profile, got '{}'",
                       d.ftMode);
   FtOptions o;
-  o.threads = d.threads;
+  o.threads = d.threads == 0 ? std::min(256, availableCores()) : d.threads;
   o.maxSplitLoops = d.ftMaxSplitLoops;
   o.resolution = d.ftResolution;
   o.tensorReuse = !d.ftNoReuse;

@@ -5,6 +5,7 @@
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
+#include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Sha256.h"
 #include "llvm/Support/FileSystem.h"
@@ -136,7 +137,7 @@ llvm::Expected<SearchOptions> searchOptions(const DriverOptions &d,
     return inputError("--space must be flexflow or full, got '{}'", d.space);
   o.space.kind = *space;
   o.chains = d.chains;
-  o.threads = d.threads;
+  o.threads = d.threads == 0 ? std::min(256, availableCores()) : d.threads;
   o.beta = d.beta;
   if (!d.timeout.empty()) {
     auto t = parseDuration(d.timeout, "--timeout");

@@ -24,7 +24,7 @@ llvm::Error FtOptions::validate() const {
     return inputError("ft: --max-split-loops must be 1 to 4, got {}",
                       maxSplitLoops);
   if (threads < 1 || threads > 256)
-    return inputError("--threads must be between 1 and 256, got {}", threads);
+    return inputError("--threads must be between 0 (every core) and 256, got {}", threads);
   if (!(resolution >= 0 && resolution < 0.5))
     return inputError("ft: --resolution must be in [0, 0.5), got {}",
                       resolution);

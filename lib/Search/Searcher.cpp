@@ -80,7 +80,7 @@ llvm::Error SearchOptions::validate() const {
   if (chains < 1 || chains > 64)
     return inputError("--chains must be between 1 and 64, got {}", chains);
   if (threads < 1 || threads > 256)
-    return inputError("--threads must be between 1 and 256, got {}", threads);
+    return inputError("--threads must be between 0 (every core) and 256, got {}", threads);
   if (beta < 0 || !std::isfinite(beta))
     return inputError("--beta must be non-negative, got {}", beta);
   if (timeoutSeconds < 0 || !std::isfinite(timeoutSeconds))

@@ -332,11 +332,12 @@ int main(int argc, char **argv) {
   if (cl::Option *llvmThreads =
           cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
     llvmThreads->removeArgument();
-  static cl::opt<int> threads("threads",
-                              cl::desc("Threads running the chains (the "
-                                       "result does not depend on it)"),
-                              cl::init(1), SOAP_SEARCH_CMDS,
-                              cl::sub(frontierCmd), cl::cat(soapCat));
+  static cl::opt<int> threads(
+      "threads",
+      cl::desc("Threads running mcmc's chains and ft's DP (default: every "
+               "core the process may run on; the result does not depend on "
+               "it)"),
+      cl::init(0), SOAP_SEARCH_CMDS, cl::sub(frontierCmd), cl::cat(soapCat));
   threadsOpt = &threads;
   registerAllSearchers();
   std::string searchers;

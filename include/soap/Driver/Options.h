@@ -37,7 +37,7 @@ struct DriverOptions {
   uint64_t seed = 0;
   std::string space = "flexflow";
   int chains = 1;
-  int threads = 1;
+  int threads = 0; ///< 0: every core the process may run on
   double beta = 0;
   std::string outputPath; ///< -o
   int jobs = 0;           ///< compare: searchers run at once (0: all)

@@ -283,6 +283,46 @@ static bool keptForRecompute(const Graph &g, const Strategy &s, const Op &op,
   return p < 0 || !s.recomputes(p);
 }
 
+/// Whether `o` keeps output `j` from its forward to its backward.
+static bool keepsOutput(const Strategy &s, const Op &op, size_t j) {
+  if (op.kind == "SoftmaxCrossEntropyLoss" && j == 0)
+    return true; // the loss, read after the step
+  return !s.recomputes(op.id) && saves(op, int(j), true);
+}
+
+static bool isMaxPool(const Op &op) {
+  return llvm::StringRef(op.kind).contains("MaxPool");
+}
+
+/// Element-wise ops that save their inputs only (Mul, Div, Erf, Gelu...):
+/// their backward kernel reads the output too, which they compute again
+/// from the kept inputs just before it (an element-wise forward is cheap).
+static bool rerunsForward(const Op &op, const ExecOptions &opts) {
+  auto fn = elemFnOf(op.kind);
+  if (opts.backend != "cpu" || !fn || *fn == ElemFn::Add ||
+      *fn == ElemFn::Sub || *fn == ElemFn::Relu || op.sem.saved.empty())
+    return false;
+  for (const SavedOperand &so : op.sem.saved)
+    if (so.isOutput)
+      return false;
+  return true;
+}
+
+/// Ops whose backward kernel reads operands beyond what the semantics
+/// save (the generic element-wise loop reads every input and the output;
+/// pools and reductions read the output's size; LSTM its whole state), and
+/// every op of the CUDA backend: they keep all their operands.
+static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
+  if (opts.backend != "cpu")
+    return true;
+  llvm::StringRef k = op.kind;
+  if (auto fn = elemFnOf(op.kind))
+    return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu &&
+           !rerunsForward(op, opts);
+  return (k.contains("Pool") && !isMaxPool(op)) || k.startswith("Reduce") ||
+         k == "LSTM";
+}
+
 void Runner::forward(OpId o, bool again) {
   cur_ = o;
   const Op &op = g_.op(o);
@@ -328,6 +368,8 @@ void Runner::forward(OpId o, bool again) {
     }
     if (!again && --pend == 0)
       outputRead(prod, j);
+    if (again && --rereads_[size_t(mb_)][size_t(prod)][j] == 0)
+      reread(prod, j);
   }
   lendWeights(o);
   for (Task &t : ts)
@@ -337,43 +379,35 @@ void Runner::forward(OpId o, bool again) {
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   exec::findKernel(op.kind, opts_.backend)->forward(ctx);
   returnWeights(o);
-  if (!again)
+  if (!again) {
     dropAfterForward(o);
+    return;
+  }
+  // Run again: keep what the backward reads, as a kept op does.
+  if (keepsAllOperands(op, opts_) || rerunsForward(op, opts_))
+    return;
+  for (Task &t : ts)
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ValueId v = op.inputs[i];
+      if (v != kNoValue && isFloating(g_.value(v).dtype) &&
+          !saves(op, int(i), false) && !isMaxPool(op))
+        t.in[i].drop();
+      else if (isMaxPool(op))
+        t.in[i].drop();
+    }
+  for (size_t j = 0; j < op.outputs.size(); ++j)
+    if (op.outputs[j] != kNoValue && rereads_[size_t(mb_)][size_t(o)][j] == 0)
+      reread(o, j);
 }
 
-/// Whether `o` keeps output `j` from its forward to its backward.
-static bool keepsOutput(const Strategy &s, const Op &op, size_t j) {
-  if (op.kind == "SoftmaxCrossEntropyLoss" && j == 0)
-    return true; // the loss, read after the step
-  return !s.recomputes(op.id) && saves(op, int(j), true);
-}
-
-/// Element-wise ops that save their inputs only (Mul, Div, Erf, Gelu...):
-/// their backward kernel reads the output too, which they compute again
-/// from the kept inputs just before it (an element-wise forward is cheap).
-static bool rerunsForward(const Op &op, const ExecOptions &opts) {
-  auto fn = elemFnOf(op.kind);
-  if (opts.backend != "cpu" || !fn || *fn == ElemFn::Add ||
-      *fn == ElemFn::Sub || *fn == ElemFn::Relu || op.sem.saved.empty())
-    return false;
-  for (const SavedOperand &so : op.sem.saved)
-    if (so.isOutput)
-      return false;
-  return true;
-}
-
-/// Ops whose backward kernel reads operands beyond what the semantics
-/// save (the generic element-wise loop reads every input and the output;
-/// pools and reductions read the output's size; LSTM its whole state), and
-/// every op of the CUDA backend: they keep all their operands.
-static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
-  if (opts.backend != "cpu")
-    return true;
-  llvm::StringRef k = op.kind;
-  if (auto fn = elemFnOf(op.kind))
-    return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu &&
-           !rerunsForward(op, opts);
-  return k.contains("Pool") || k.startswith("Reduce") || k == "LSTM";
+void Runner::reread(OpId prod, size_t j) {
+  const Op &po = g_.op(prod);
+  if (saves(po, int(j), true) || keepsOutput(s_, po, j) ||
+      keepsAllOperands(po, opts_) || rerunsForward(po, opts_))
+    return;
+  for (Task &t : tasks(prod))
+    if (j < t.out.size())
+      t.out[j].drop();
 }
 
 void Runner::dropAfterForward(OpId o) {
@@ -390,11 +424,12 @@ void Runner::dropAfterForward(OpId o) {
       // Integer operands (labels, indices) are read by backward too; the
       // semantics count them as nothing saved.
       ValueId v = op.inputs[i];
-      bool keep =
-          (v != kNoValue && !isFloating(g_.value(v).dtype)) ||
-          (v != kNoValue && !rc && rerunsForward(op, opts_) &&
-           g_.value(v).kind == ValueKind::Constant) ||
-          (rc ? keptForRecompute(g_, s_, op, i) : saves(op, int(i), false));
+      // A max pool's backward reads only its argmax.
+      bool keep = (v != kNoValue && !isFloating(g_.value(v).dtype)) ||
+                  (!isMaxPool(op) && !rc && saves(op, int(i), false)) ||
+                  (v != kNoValue && !rc && rerunsForward(op, opts_) &&
+                   g_.value(v).kind == ValueKind::Constant) ||
+                  (rc && keptForRecompute(g_, s_, op, i));
       if (!keep)
         t.in[i].drop();
     }
@@ -619,6 +654,7 @@ llvm::Error Runner::runStep() {
   const Pipeline &pipe = s_.pipeline;
   int32_t S = pipe.numStages(), m = pipe.microBatches;
   pending_.assign(size_t(m), std::vector<std::vector<int>>(g_.numOps()));
+  rereads_.assign(size_t(m), {});
   for (int32_t mb = 0; mb < m; ++mb) {
     for (const Op &op : g_.ops())
       pending_[size_t(mb)][size_t(op.id)].assign(op.outputs.size(), 0);
@@ -627,6 +663,16 @@ llvm::Error Runner::runStep() {
         if (v != kNoValue && g_.value(v).kind == ValueKind::Activation)
           ++pending_[size_t(mb)][size_t(g_.value(v).producer)]
                     [size_t(g_.value(v).producerOutput)];
+    rereads_[size_t(mb)] = pending_[size_t(mb)];
+    for (auto &per : rereads_[size_t(mb)])
+      std::fill(per.begin(), per.end(), 0);
+    for (const Op &op : g_.ops())
+      if (s_.recomputes(op.id))
+        for (ValueId v : op.inputs)
+          if (v != kNoValue && g_.value(v).kind == ValueKind::Activation &&
+              s_.recomputes(g_.value(v).producer))
+            ++rereads_[size_t(mb)][size_t(g_.value(v).producer)]
+                      [size_t(g_.value(v).producerOutput)];
     std::fill(recomputed_[size_t(mb)].begin(), recomputed_[size_t(mb)].end(),
               0);
   }

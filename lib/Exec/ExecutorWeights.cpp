@@ -218,7 +218,10 @@ void Runner::lendGradients(OpId o) {
       if (idxOf.empty() || t.replica != 0)
         continue;
       WeightBox &wb = boxes_[idxOf[size_t(t.tile)]];
-      if (wb.zero >= 2 || wb.grad.empty() || wb.touched)
+      // Once touched, lent only with micro-batches (whose sums are not
+      // one rank's order anyway): each would hold a whole gradient more.
+      if (wb.zero >= 2 || wb.grad.empty() ||
+          (wb.touched && s_.pipeline.microBatches == 1))
         continue;
       t.gin[i].box = wb.box;
       t.gin[i].data = std::move(wb.grad);

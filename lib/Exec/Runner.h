@@ -58,9 +58,9 @@ private:
     FloatVec grad;   ///< the whole box (zero < 2), else this member's part
     FloatVec mbGrad; ///< zero >= 2: the current micro-batch's whole box
     FloatVec m, v;   ///< optimizer state (of the part under ZeRO)
-    /// A gradient was added to `grad` this step (it is lent to a kernel
-    /// only before: adding a tile's rows onto an earlier sum would round
-    /// otherwise than summing the contributions).
+    /// A gradient was added to `grad` this step (without micro-batches it
+    /// is lent to a kernel only before: adding a tile's rows onto an
+    /// earlier sum rounds otherwise than one rank's sum of contributions).
     bool touched = false;
   };
 
@@ -104,6 +104,9 @@ private:
   /// After output `j` of `prod`'s last reader: frees it, or keeps what its
   /// backward reads (a Relu's mask).
   void outputRead(OpId prod, size_t j);
+  /// After the last recomputed reader of output `j` of recomputed `prod`:
+  /// frees it unless `prod`'s backward reads it.
+  void reread(OpId prod, size_t j);
   /// Whether output `j` of `prod` is freed once its readers have run.
   bool freedAfterReaders(OpId prod, size_t j) const;
   /// Whether `o`'s input `i` is exactly `prod`'s output `j` tile by tile
@@ -159,6 +162,9 @@ private:
   std::map<ValueId, int64_t> intRange_; // integer inputs' range
   /// Per micro-batch, op and output: consumer forwards yet to read it.
   std::vector<std::vector<std::vector<int>>> pending_;
+  /// Per micro-batch, op and output: recomputed consumers yet to read it
+  /// again (recomputation of a recomputed op).
+  std::vector<std::vector<std::vector<int>>> rereads_;
   /// Per micro-batch and op: its forward ran again for the backward.
   std::vector<std::vector<uint8_t>> recomputed_;
   std::vector<WeightBox> boxes_;

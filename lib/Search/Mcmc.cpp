@@ -18,8 +18,8 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 namespace soap {
 
@@ -372,6 +372,7 @@ public:
     if (auto err = o.validate())
       return llvm::Error(std::move(err));
     const Graph &g = p.graph;
+    auto began = Clock::now();
     ConfigSpace space(g, p.topo, o.space);
     // Producers and consumers of each op, for the locality proposal.
     std::vector<std::vector<OpId>> neighbours(g.numOps());
@@ -418,6 +419,15 @@ public:
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
     size_t maxTasks = 0;
     for (size_t c = 0; c < initial.size(); ++c) {
+      // Past the deadline or a time budget, the starts simulated so far.
+      double spent =
+          std::chrono::duration<double>(Clock::now() - began).count();
+      if (c > 0 && (o.pastDeadline() ||
+                    (o.budget.seconds > 0 && spent > o.budget.seconds))) {
+        spdlog::info("mcmc: {} of {} starts simulated within the budget", c,
+                     initial.size());
+        break;
+      }
       SimContext ctx = p.context();
       ctx.maxTasks = maxTasks;
       auto tg = TaskGraph::build(ctx, initial[c]);
@@ -489,11 +499,14 @@ public:
         o.budget.proposals
             ? std::max<uint64_t>(1, o.budget.proposals / jobs.size())
             : 0;
-    // A time budget is shared by the jobs that run one after another.
+    // A time budget, less what the starts took, is shared by the jobs that
+    // run one after another.
+    double left = o.budget.seconds -
+                  std::chrono::duration<double>(Clock::now() - began).count();
     double perJobSeconds = o.budget.seconds > 0
-                               ? o.budget.seconds *
+                               ? std::max(1e-3, left) *
                                      std::min<int>(o.threads, jobs.size()) /
-                                     jobs.size()
+                                     double(jobs.size())
                                : 0;
     std::vector<llvm::Expected<ChainResult>> results;
     for (size_t j = 0; j < jobs.size(); ++j)

@@ -512,6 +512,13 @@ void Runner::recompute(OpId o) {
   forward(o, true);
 }
 
+bool Runner::reluInPlace(OpId o, const Task &t) const {
+  const OpPlan &p = plan(o);
+  return !t.mask.empty() && t.gin.size() == 1 &&
+         p.inReg[0][size_t(t.tile)].lo == p.outReg[0][size_t(t.tile)].lo &&
+         p.inReg[0][size_t(t.tile)].hi == p.outReg[0][size_t(t.tile)].hi;
+}
+
 void Runner::backward(OpId o) {
   if (s_.recomputes(o))
     recompute(o);
@@ -527,7 +534,8 @@ void Runner::backward(OpId o) {
   for (Task &t : ts)
     for (size_t i = 0; i < op.inputs.size(); ++i)
       if (op.inputs[i] != kNoValue &&
-          isFloating(g_.value(op.inputs[i]).dtype) && t.gin[i].data.empty())
+          isFloating(g_.value(op.inputs[i]).dtype) && t.gin[i].data.empty() &&
+          !(i == 0 && reluInPlace(o, t)))
         t.gin[i].reset(p.inReg[i][t.tile]);
   bool loss = op.kind == "SoftmaxCrossEntropyLoss";
   for (size_t j = 0; j < op.outputs.size(); ++j) {
@@ -588,14 +596,35 @@ void Runner::backward(OpId o) {
               ut.gin[i] = Buf();
     }
   }
-  for (Task &t : ts)
-    if (!t.mask.empty()) {
-      // A Relu's backward reads only whether its output is positive.
+  bool inPlace = false;
+  for (Task &t : ts) {
+    if (reluInPlace(o, t)) {
+      // A kept Relu's backward from its mask, in its output gradient's
+      // buffer: dx = dy where the output was positive (what the kernel
+      // adds to zeros), no second buffer.
+      t.gin[0].box = p.inReg[0][t.tile];
+      t.gin[0].data = std::move(t.gout[0].data);
+      for (size_t k = 0; k < t.mask.size(); ++k)
+        if (!t.mask[k])
+          t.gin[0].data[k] = 0.0f;
+      release(t.mask);
+      inPlace = true;
+    } else if (!t.mask.empty()) {
+      // Else the kernel reads whether its output is positive.
       t.out[0].data.resize(t.mask.size());
       for (size_t k = 0; k < t.mask.size(); ++k)
         t.out[0].data[k] = t.mask[k];
       release(t.mask);
     }
+  }
+  if (inPlace) {
+    for (Task &t : ts) {
+      t.in.clear();
+      t.gout.clear();
+      t.out.clear();
+    }
+    return;
+  }
   lendWeights(o);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   if (!s_.recomputes(o) && rerunsForward(op, opts_)) {

@@ -97,6 +97,9 @@ private:
   /// A recomputed op's forward run again (its recomputed producers first).
   void recompute(OpId o);
   void backward(OpId o);
+  /// Whether task `t` of Relu `o` runs its backward from its kept mask in
+  /// its output gradient's buffer.
+  bool reluInPlace(OpId o, const Task &t) const;
   /// Frees what `o`'s forward leaves that its backward does not read.
   void dropAfterForward(OpId o);
   /// Frees `o`'s outputs that no forward reads and no backward needs.

@@ -4,6 +4,9 @@ zoo (issue 19), and their PyTorch reference:
   einsum  MaxViT's attention as torchvision writes it (einsum "B G H I D,
           B G H J D -> B G H I J" and back), a head as einsum with a
           weight ("b t w, o w -> b t o") and a sum over tokens ("bto->bo");
+  forms   the other two-operand shapes the lowering takes (ellipsis, a
+          weight on the left, two contracted or two free letters merged, an
+          outer product, an implicit output);
   swin    torchvision's ShiftedWindowAttention (shift 1 on a 4 x 4 grid of
           2 x 2 windows): the exporter builds the shifted-window mask with
           ScatterND from the input's shape, then a mean and a linear head;
@@ -12,7 +15,7 @@ zoo (issue 19), and their PyTorch reference:
           training_mode = 0.
 
 Exported at opset 17 without constant folding (PyTorch's parameter names
-kept); einsum and swin in training mode, bn in eval mode.
+kept); einsum, forms and swin in training mode, bn in eval mode.
 
     lowered_ops.py export MODEL OUT.onnx
     lowered_ops.py compare MODEL SEED RUN.out RUN_DIR
@@ -66,6 +69,31 @@ class Einsum(nn.Module):
         return torch.einsum("bto->bo", y)             # [N, CLASSES]
 
 
+class EinsumForms(nn.Module):
+    """The other shapes of two-operand equations the lowering takes: an
+    ellipsis, a weight on the left, two contracted letters, two free
+    letters of the right operand, an outer product (nothing contracted)
+    and an implicit output (the letters used once, sorted)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(4, CLASSES))
+        self.w2 = nn.Parameter(torch.randn(CLASSES, 4))
+        self.w3 = nn.Parameter(torch.randn(2, 2, CLASSES))
+        self.w4 = nn.Parameter(torch.randn(4, CLASSES, 1))
+        self.w5 = nn.Parameter(torch.randn(4, CLASSES))
+
+    def forward(self, x):                             # [N, 4, 4]
+        n = x.shape[0]
+        a = torch.einsum("...i,io->...o", x, self.w1)
+        b = torch.einsum("oi,bti->bot", self.w2, x).transpose(1, 2)
+        c = torch.einsum("btij,ijo->bto", x.reshape(n, 4, 2, 2), self.w3)
+        d = torch.einsum("bti,ipq->btpq", x, self.w4).reshape(n, 4, CLASSES)
+        e = torch.einsum("bo,bt->bto", a.sum(1), x[:, :, 0])
+        f = torch.einsum("bti,io", x, self.w5).transpose(1, 2)
+        return a + b + c + d + e + f                  # [N, 4, CLASSES]
+
+
 class Swin(nn.Module):
     def __init__(self):
         super().__init__()
@@ -91,6 +119,7 @@ class DenseBn(nn.Module):
 
 
 MODELS = {"einsum": (Einsum, [4, 8], torch.onnx.TrainingMode.TRAINING),
+          "forms": (EinsumForms, [4, 4], torch.onnx.TrainingMode.TRAINING),
           "swin": (Swin, [4, 4, 8], torch.onnx.TrainingMode.TRAINING),
           "bn": (DenseBn, [3, 6, 6], torch.onnx.TrainingMode.EVAL)}
 

@@ -535,6 +535,40 @@ TEST_CASE("import: a large folded mask is a constant without data",
   CHECK(!mask.hasData);
 }
 
+TEST_CASE("import: keepConstantData keeps a mask past 4,096 elements",
+          "[import]") {
+  // gpt2's causal mask as soap-run imports it: 128 x 128 = 16,384 values.
+  TempDir dir;
+  Model m;
+  m.input("x", {"N", "128", "128"});
+  m.constInts("mshape", {128, 128});
+  auto &ones = m.node("ConstantOfShape", {"mshape"}, {"ones"}, "ones");
+  auto *a = ones.add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(TP::BOOL);
+  a->mutable_t()->add_dims(1);
+  a->mutable_t()->add_int32_data(1);
+  setInt(m.node("Trilu", {"ones"}, {"mask"}, "tril"), "upper", 0);
+  m.weight("neg", {}, {-1e9f});
+  m.node("Where", {"mask", "x", "neg"}, {"y"}, "where");
+  m.output("y");
+  ImportOptions opts;
+  opts.batch = 1;
+  std::string path = m.save(dir);
+  auto searching = importOk(path, opts);
+  const Value &sized = searching->value(opNamed(*searching, "where").inputs[0]);
+  CHECK(sized.hasData);
+  CHECK(sized.data.empty()); // dims only: the searchers need no more
+  opts.keepConstantData = true;
+  auto running = importOk(path, opts);
+  const Value &kept = running->value(opNamed(*running, "where").inputs[0]);
+  REQUIRE(kept.data.size() == 128u * 128u);
+  CHECK(kept.data[0] == 1);
+  CHECK(kept.data[1] == 0); // row 0 sees only token 0
+  CHECK(kept.data[128 + 1] == 1);
+}
+
 TEST_CASE("import: Pad merges into AveragePool", "[import]") {
   TempDir dir;
   Model m;

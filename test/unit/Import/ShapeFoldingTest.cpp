@@ -244,3 +244,32 @@ TEST_CASE("fold: TensorProto decoding", "[import][fold]") {
   REQUIRE(static_cast<bool>(sc));
   CHECK(!sc->hasData);
 }
+
+TEST_CASE("fold: ScatterND writes slices, adds with reduction",
+          "[import][fold]") {
+  // Swin's mask: rows of a zero image labelled by region.
+  auto data = floats({3, 2}, {0, 0, 0, 0, 0, 0});
+  auto idx = ints({2, 1}, {2, -3});
+  auto upd = floats({2, 2}, {1, 2, 3, 4});
+  auto n = node("ScatterND");
+  auto out = fold(n, {&data, &idx, &upd});
+  CHECK(out.dims == std::vector<int64_t>{3, 2});
+  CHECK(out.floats == std::vector<double>{3, 4, 0, 0, 1, 2});
+  // Element indices (k = rank) and reduction "add" on integers.
+  auto base = ints({2, 2}, {1, 1, 1, 1});
+  auto at = ints({2, 2}, {0, 1, 0, 1});
+  auto add = ints({2}, {5, 6});
+  auto *r = n.add_attribute();
+  r->set_name("reduction");
+  r->set_type(onnx::AttributeProto::STRING);
+  r->set_s("add");
+  out = fold(n, {&base, &at, &add});
+  CHECK(out.ints == std::vector<int64_t>{1, 12, 1, 1});
+  std::vector<ConstTensor> outs;
+  auto far = ints({1, 1}, {3});
+  auto row = floats({1, 2}, {1, 2});
+  auto st =
+      foldNode(node("ScatterND"), {&data, &far, &row}, outs, kMaxFoldElements);
+  REQUIRE(!st);
+  CHECK_THAT(errorMessage(st.takeError()), Catch::Contains("out of range"));
+}

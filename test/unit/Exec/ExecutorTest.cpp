@@ -71,6 +71,35 @@ TEST_CASE("runTraining: 4 ranks give the 1-rank losses", "[exec][executor]") {
   }
 }
 
+TEST_CASE("runTraining: ZeRO and recomputation give the 1-rank losses",
+          "[exec][executor]") {
+  // On threads the collectives are Comm's rings of point-to-point batches
+  // (what NCCL runs); each rank's peak is reported.
+  Topology one = execTopology("one"), four = execTopology("p100-2x2");
+  ExecOptions o;
+  o.steps = 3;
+  o.seed = 11;
+  auto g = test::zooModel("transformer_small", 8);
+  std::vector<StepResult> ref = train(*g, dataParallel(*g, one), 1, o);
+  for (int stage : {1, 2, 3}) {
+    INFO("ZeRO-" << stage);
+    Strategy s = dataParallel(*g, four);
+    s.zero = zeroPolicy(*g, s, stage);
+    s.recompute = recomputePolicy(*g, stage == 3);
+    std::vector<StepResult> z = train(*g, s, 4, o);
+    REQUIRE(z.size() == ref.size());
+    for (size_t k = 0; k < ref.size(); ++k) {
+      CHECK(std::fabs(z[k].loss - ref[k].loss) <=
+            1e-5 * std::fabs(ref[k].loss));
+      REQUIRE(z[k].peakBytes.size() == 4);
+      CHECK(z[k].peakBytes[3] > 0);
+    }
+  }
+  o.optimizer = "adamw";
+  CHECK(errorMessage(o.validate()) ==
+        "optimizer 'adamw': soap-run runs sgd, momentum or adam");
+}
+
 TEST_CASE("runTraining: refuses what it cannot run", "[exec][executor]") {
   auto g = test::zooModel("rnnlm", 2);
   Topology one = execTopology("one");

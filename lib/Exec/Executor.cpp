@@ -328,11 +328,13 @@ void Runner::forward(OpId o, bool again) {
   const Op &op = g_.op(o);
   const OpPlan &p = plan(o);
   std::vector<Task> &ts = tasks(o);
+  std::vector<uint8_t> &sent = sent_[size_t(mb_)][size_t(o)];
   for (Task &t : ts) {
     t.in.resize(op.inputs.size());
     if (!again)
-      for (Buf &b : t.in)
-        b = Buf();
+      for (size_t i = 0; i < t.in.size(); ++i)
+        if (!sent[i])
+          t.in[i] = Buf();
     t.out.assign(op.outputs.size(), Buf());
     t.saved.clear();
     release(t.arg);
@@ -351,6 +353,8 @@ void Runner::forward(OpId o, bool again) {
         fillLocal(v, p.inReg[i][t.tile], t.in[i]);
       continue;
     }
+    if (!again && sent[i])
+      continue; // sent when its producer's stage ran the micro-batch
     OpId prod = v.producer;
     size_t j = size_t(v.producerOutput);
     int &pend = pending_[size_t(mb_)][size_t(prod)][j];
@@ -655,6 +659,30 @@ void Runner::backward(OpId o) {
   }
 }
 
+void Runner::sendForward(int32_t stage) {
+  const Pipeline &pipe = s_.pipeline;
+  if (pipe.numStages() < 2)
+    return;
+  for (const Op &c : g_.ops()) {
+    if (pipe.stage(c.id) == stage)
+      continue;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      ValueId v = c.inputs[i];
+      if (v == kNoValue || g_.value(v).kind != ValueKind::Activation ||
+          pipe.stage(g_.value(v).producer) != stage)
+        continue;
+      for (Task &t : tasks(c.id))
+        t.in.resize(c.inputs.size());
+      gatherInput(c.id, i);
+      sent_[size_t(mb_)][size_t(c.id)][i] = 1;
+      OpId prod = g_.value(v).producer;
+      size_t j = size_t(g_.value(v).producerOutput);
+      if (--pending_[size_t(mb_)][size_t(prod)][j] == 0)
+        outputRead(prod, j);
+    }
+  }
+}
+
 llvm::Error Runner::runItem(int32_t stage, bool backwardPass) {
   const Pipeline &pipe = s_.pipeline;
   auto one = [&](OpId o) -> llvm::Error {
@@ -664,13 +692,13 @@ llvm::Error Runner::runItem(int32_t stage, bool backwardPass) {
       backward(o);
     else
       forward(o);
-
     return backendError(o);
   };
   if (!backwardPass) {
     for (const Op &op : g_.ops())
       if (auto err = one(op.id))
         return err;
+    sendForward(stage);
   } else {
     for (size_t o = g_.numOps(); o-- > 0;)
       if (auto err = one(static_cast<OpId>(o)))
@@ -684,9 +712,12 @@ llvm::Error Runner::runStep() {
   int32_t S = pipe.numStages(), m = pipe.microBatches;
   pending_.assign(size_t(m), std::vector<std::vector<int>>(g_.numOps()));
   rereads_.assign(size_t(m), {});
+  sent_.assign(size_t(m), std::vector<std::vector<uint8_t>>(g_.numOps()));
   for (int32_t mb = 0; mb < m; ++mb) {
-    for (const Op &op : g_.ops())
+    for (const Op &op : g_.ops()) {
       pending_[size_t(mb)][size_t(op.id)].assign(op.outputs.size(), 0);
+      sent_[size_t(mb)][size_t(op.id)].assign(op.inputs.size(), 0);
+    }
     for (const Op &op : g_.ops())
       for (ValueId v : op.inputs)
         if (v != kNoValue && g_.value(v).kind == ValueKind::Activation)

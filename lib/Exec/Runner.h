@@ -115,6 +115,10 @@ private:
   /// Whether `o`'s input `i` is exactly `prod`'s output `j` tile by tile
   /// (same boxes on the same ranks, no partial sums): a move, not a copy.
   bool sameTiling(OpId o, size_t i, OpId prod, size_t j) const;
+  /// After `stage`'s forward of micro-batch mb_: its outputs that later
+  /// stages read are sent to them at once (the receivers hold them, as
+  /// the simulator's receive buffers; the sender frees them).
+  void sendForward(int32_t stage);
   /// One micro-batch's forward (or backward) of the ops of `stage`.
   llvm::Error runItem(int32_t stage, bool backwardPass);
   /// Every micro-batch of a step, each stage's work in its schedule's
@@ -168,6 +172,8 @@ private:
   /// Per micro-batch, op and output: recomputed consumers yet to read it
   /// again (recomputation of a recomputed op).
   std::vector<std::vector<std::vector<int>>> rereads_;
+  /// Per micro-batch, op and input: received from an earlier stage.
+  std::vector<std::vector<std::vector<uint8_t>>> sent_;
   /// Per micro-batch and op: its forward ran again for the backward.
   std::vector<std::vector<uint8_t>> recomputed_;
   std::vector<WeightBox> boxes_;

@@ -214,6 +214,15 @@ static llvm::Error run(Comm &comm) {
         comm.size() == 1 ? "" : "s", opts.backend,
         nccl ? nccl->name() : comm.name(), opts.steps, opts.seed,
         kernelThreads(opts, comm), kernelThreads(opts, comm) == 1 ? "" : "s");
+  // The prediction first (every rank, so an unreadable topology stops all
+  // of them before any step).
+  std::vector<TaskGraph::DeviceMemory> predicted;
+  if (memoryOpt) {
+    auto pred = predictedMemory();
+    if (!pred)
+      return pred.takeError();
+    predicted = std::move(*pred);
+  }
   auto steps = runTraining(*graph, *strategy, nccl ? *nccl : comm, opts);
   if (!steps) {
     // An error met by some ranks only (a GPU failure, an unwritable
@@ -234,11 +243,8 @@ static llvm::Error run(Comm &comm) {
       for (const StepResult &r : *steps)
         for (size_t k = 0; k < peak.size(); ++k)
           peak[k] = std::max(peak[k], r.peakBytes[k]);
-      auto pred = predictedMemory();
-      if (!pred)
-        return pred.takeError();
       for (size_t k = 0; k < peak.size(); ++k) {
-        const TaskGraph::DeviceMemory &m = (*pred)[k];
+        const TaskGraph::DeviceMemory &m = predicted[k];
         llvm::outs() << fmt::format(
             "memory: rank {} peak {} bytes measured, {} predicted (weights "
             "{}, gradients {}, optimizer {}, saved {}, buffers {}, "

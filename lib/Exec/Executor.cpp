@@ -20,6 +20,7 @@
 #include <limits>
 #include <malloc.h>
 #include <map>
+#include <optional>
 #include <sched.h>
 #include <set>
 #include <thread>
@@ -323,6 +324,43 @@ static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
          k == "LSTM";
 }
 
+/// Whether `b` is one row-major run of a tensor of shape `shape` (leading
+/// dims of extent 1, then one partial dim, then whole dims): its first
+/// element's flat index.
+static std::optional<int64_t> runStart(const Box &b,
+                                       const std::vector<int64_t> &shape) {
+  if (b.rank() != shape.size())
+    return std::nullopt;
+  size_t d = shape.size();
+  while (d > 0 && b.lo[d - 1] == 0 && b.hi[d - 1] == shape[d - 1])
+    --d;
+  for (size_t k = 0; k + 1 < d; ++k)
+    if (b.hi[k] - b.lo[k] != 1)
+      return std::nullopt;
+  int64_t flat = 0;
+  for (size_t k = 0; k < shape.size(); ++k)
+    flat = flat * shape[k] + b.lo[k];
+  return flat;
+}
+
+bool Runner::aliasesReshape(OpId o) const {
+  const Op &op = g_.op(o);
+  if (opts_.backend != "cpu" ||
+      (op.kind != "Reshape" && op.kind != "Flatten" && op.kind != "Squeeze" &&
+       op.kind != "Unsqueeze"))
+    return false;
+  const OpPlan &p = plan(o);
+  const std::vector<int64_t> &xs = g_.value(op.inputs[0]).shape.dims,
+                             &ys = g_.value(op.outputs[0]).shape.dims;
+  for (size_t k = 0; k < p.tiles.size(); ++k) {
+    const Box &x = p.inReg[0][k], &y = p.outReg[0][k];
+    auto a = runStart(x, xs), b = runStart(y, ys);
+    if (!a || !b || *a != *b || x.volume() != y.volume())
+      return false;
+  }
+  return true;
+}
+
 void Runner::forward(OpId o, bool again) {
   cur_ = o;
   const Op &op = g_.op(o);
@@ -376,12 +414,23 @@ void Runner::forward(OpId o, bool again) {
       reread(prod, j);
   }
   lendWeights(o);
+  bool alias = aliasesReshape(o);
   for (Task &t : ts)
     for (size_t j = 0; j < op.outputs.size(); ++j)
-      if (op.outputs[j] != kNoValue)
+      if (op.outputs[j] != kNoValue && !alias)
         t.out[j].reset(p.outReg[j][t.tile]);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
-  exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+  if (alias) {
+    // The same elements in the same order: the input's buffer is the
+    // output (what the kernel's copy would write).
+    for (Task &t : ts) {
+      t.out[0].box = p.outReg[0][t.tile];
+      t.out[0].data = std::move(t.in[0].data);
+      t.in[0].drop();
+    }
+  } else {
+    exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+  }
   returnWeights(o);
   if (!again) {
     dropAfterForward(o);
@@ -539,7 +588,7 @@ void Runner::backward(OpId o) {
     for (size_t i = 0; i < op.inputs.size(); ++i)
       if (op.inputs[i] != kNoValue &&
           isFloating(g_.value(op.inputs[i]).dtype) && t.gin[i].data.empty() &&
-          !(i == 0 && reluInPlace(o, t)))
+          !(i == 0 && (reluInPlace(o, t) || aliasesReshape(o))))
         t.gin[i].reset(p.inReg[i][t.tile]);
   bool loss = op.kind == "SoftmaxCrossEntropyLoss";
   for (size_t j = 0; j < op.outputs.size(); ++j) {
@@ -601,6 +650,13 @@ void Runner::backward(OpId o) {
     }
   }
   bool inPlace = false;
+  if (aliasesReshape(o)) {
+    for (Task &t : ts) {
+      t.gin[0].box = p.inReg[0][t.tile];
+      t.gin[0].data = std::move(t.gout[0].data);
+    }
+    inPlace = true;
+  }
   for (Task &t : ts) {
     if (reluInPlace(o, t)) {
       // A kept Relu's backward from its mask, in its output gradient's

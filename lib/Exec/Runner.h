@@ -100,6 +100,9 @@ private:
   /// Whether task `t` of Relu `o` runs its backward from its kept mask in
   /// its output gradient's buffer.
   bool reluInPlace(OpId o, const Task &t) const;
+  /// Whether every tile of reshape-like `o` holds the same elements in the
+  /// same order as its input's box: the buffer passes through, no copy.
+  bool aliasesReshape(OpId o) const;
   /// Frees what `o`'s forward leaves that its backward does not read.
   void dropAfterForward(OpId o);
   /// Frees `o`'s outputs that no forward reads and no backward needs.

@@ -10,8 +10,9 @@
 namespace soap {
 
 llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
-                                           const Strategy &s) {
+                                           const Strategy &s, size_t maxTasks) {
   SimContext ctx = p.context();
+  ctx.maxTasks = maxTasks;
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     return tg.takeError();

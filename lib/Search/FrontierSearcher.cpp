@@ -68,17 +68,26 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     }
   }
   ThreadPool pool(o.threads);
+  size_t limit = taskLimit(p);
+  std::vector<uint8_t> tooLarge(n, 0);
   pool.parallelFor(pick.size(), [&](size_t j) {
     size_t i = pick[j];
     if (j > 0 && o.isCancelled())
       return; // left unsimulated; the first point always is
-    auto s = strategyMetrics(p, rep.points[i].strategy);
+    auto s = strategyMetrics(p, rep.points[i].strategy, limit);
     if (s)
       sims[i] = *s;
     else
-      failures[i] = errorMessage(s.takeError());
+      failures[i] = errorMessage(llvm::handleErrors(
+          s.takeError(), [&](const TaskGraphTooLarge &) { tooLarge[i] = 1; }));
   });
+  size_t skipped = 0;
   for (size_t i : pick) {
+    if (tooLarge[i]) {
+      rep.points[i].tooLarge = true;
+      ++skipped;
+      continue;
+    }
     if (!sims[i] && failures[i].empty())
       continue; // skipped past the deadline
     if (!sims[i])
@@ -89,6 +98,10 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     rep.points[i].simFits = sims[i]->fits;
     rep.points[i].simulated = true;
   }
+  if (skipped)
+    spdlog::info("ft: {} frontier point(s) not simulated: their task graphs "
+                 "pass {} tasks",
+                 skipped, limit);
   return rep;
 }
 
@@ -297,6 +310,16 @@ public:
       double least = 0;
       if (!r->points.empty())
         least = double(r->points.front().simPeakMemory);
+      size_t tooLarge = 0;
+      for (const FtScored &pt : r->points)
+        tooLarge += pt.tooLarge;
+      if (tooLarge)
+        return makeError(ExitCode::Infeasible,
+                         "{}: no simulated point of the cost frontier fits in "
+                         "device memory ({} points; {} not simulated: their "
+                         "task graphs pass {} tasks)",
+                         p.graph.sourcePath, r->points.size(), tooLarge,
+                         taskLimit(p));
       return makeError(ExitCode::Infeasible,
                        "{}: no point of the cost frontier fits in device "
                        "memory ({} points; the least needs {} per device, "

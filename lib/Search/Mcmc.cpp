@@ -412,12 +412,11 @@ public:
     // first: past the deadline only the first job runs, and it should start
     // from the best (on a model that data parallelism cannot hold, a
     // pipelined start).
-    // A start whose task graph is more than four times data parallelism's
-    // (a random or balanced strategy on 1,024 GPUs: every tile of an op
-    // talks to every tile of the next) is skipped: it would not fit in
-    // RAM, let alone be a good start.
+    // A start whose task graph passes taskLimit (a random or balanced
+    // strategy on 1,024 GPUs) is skipped: it would not fit in RAM, let
+    // alone be a good start.
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
-    size_t maxTasks = 0;
+    size_t maxTasks = taskLimit(p);
     for (size_t c = 0; c < initial.size(); ++c) {
       // Past the deadline or a time budget, the starts simulated so far.
       double spent =
@@ -444,8 +443,6 @@ public:
                      c, maxTasks);
         continue;
       }
-      if (c == 0)
-        maxTasks = std::max<size_t>(size_t(1) << 20, 4 * tg->numAlive());
       Simulator sim(*tg);
       Seconds time = sim.simulateFull();
       bool fits = tg->fits();

@@ -80,7 +80,8 @@ llvm::Error SearchOptions::validate() const {
   if (chains < 1 || chains > 64)
     return inputError("--chains must be between 1 and 64, got {}", chains);
   if (threads < 1 || threads > 256)
-    return inputError("--threads must be between 0 (every core) and 256, got {}", threads);
+    return inputError(
+        "--threads must be between 0 (every core) and 256, got {}", threads);
   if (beta < 0 || !std::isfinite(beta))
     return inputError("--beta must be non-negative, got {}", beta);
   if (timeoutSeconds < 0 || !std::isfinite(timeoutSeconds))
@@ -109,6 +110,11 @@ std::string SearcherRegistry::names() const {
   for (const auto &[name, info] : infos_)
     s += (s.empty() ? "" : ", ") + name;
   return s;
+}
+
+size_t taskLimit(const SearchProblem &p) {
+  return std::max<size_t>(size_t(1) << 20,
+                          8 * p.graph.numOps() * p.topo.numDevices());
 }
 
 llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,

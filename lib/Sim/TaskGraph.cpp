@@ -446,6 +446,16 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
       return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
   }
   tg.edgeTasks_.resize(tg.edges_.size());
+  if (ctx.maxTasks) {
+    // Transfers are where a graph explodes (every tile of an op sending to
+    // every tile of the next): counted before any is made.
+    size_t total = tg.numAlive_;
+    for (size_t e = 0; e < tg.edges_.size(); ++e) {
+      tg.buildEdge(e, tg.edgeTasks_[e], &total);
+      if (total > ctx.maxTasks)
+        return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
+    }
+  }
   for (size_t e = 0; e < tg.edges_.size(); ++e) {
     tg.buildEdge(e, tg.edgeTasks_[e]);
     if (ctx.maxTasks && tg.numAlive_ > ctx.maxTasks)

@@ -140,7 +140,7 @@ private:
 
 } // namespace
 
-void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
+void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
   const Op &c = ctx_->graph.op(ed.consumer);
@@ -166,6 +166,10 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned) {
   auto transfer = [&](TaskId from, TaskId to, DeviceId a, DeviceId b,
                       Bytes bytes, uint32_t dir, int64_t kp, int64_t kc,
                       int32_t r) {
+    if (count) {
+      *count += a != b;
+      return;
+    }
     if (a == b) {
       link(from, to);
       return;

@@ -47,9 +47,10 @@ runSearchForCompare(const SearchProblem &p, llvm::StringRef searcher,
                     const SearchOptions &o,
                     std::optional<Seconds> dataParallelTime = std::nullopt);
 
-/// Metrics of a given strategy (simulate a plan).
-llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
-                                           const Strategy &s);
+/// Metrics of a given strategy (simulate a plan). With `maxTasks`, a
+/// strategy whose task graph passes it is TaskGraphTooLarge.
+llvm::Expected<SimMetrics>
+strategyMetrics(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
 
 /// Data parallelism's iteration time, 0 when it does not fit.
 llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p);

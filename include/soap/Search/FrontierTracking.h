@@ -199,6 +199,8 @@ struct FtScored {
   Bytes simPeakMemory = 0;
   bool simFits = false;
   bool simulated = false; ///< false: beyond maxSimulated, not re-scored
+  /// Not simulated: its task graph passes taskLimit (RAM).
+  bool tooLarge = false;
 };
 
 /// The frontier on `o.devices` devices; up to `maxSimulated` points spread

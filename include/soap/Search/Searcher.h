@@ -152,6 +152,13 @@ void registerAllSearchers();
 llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
                                           const ConfigSpace &space);
 
+/// The most tasks a searcher lets a candidate's task graph have before it
+/// skips it (SimContext::maxTasks): about four times data parallelism's
+/// (two compute tasks per op and device), at least 2^20. A random or
+/// re-partitioning strategy on 1,024 GPUs passes it (every tile of an op
+/// talks to every tile of the next) and would not fit in RAM.
+size_t taskLimit(const SearchProblem &p);
+
 /// Builds and simulates a strategy: (iteration time, fits in memory).
 llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
                                                   const Strategy &s);

@@ -188,7 +188,8 @@ private:
                   std::vector<Seconds> &removedReady);
   void link(TaskId from, TaskId to);
   llvm::Error buildOp(OpId o);
-  void buildEdge(size_t e, std::vector<TaskId> &owned);
+  /// Builds edge `e`'s transfers; with `count`, only counts them into it.
+  void buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count = nullptr);
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
   /// Removes weight `w`'s segment: its tasks and the memory it accounted.
   void removeWeight(ValueId w, std::vector<TaskId> &touched,

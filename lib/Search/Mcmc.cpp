@@ -80,6 +80,9 @@ public:
                                   uint64_t proposalBudget,
                                   double secondsBudget) {
     SimContext ctx = p_.context();
+    // A structural move that would grow the graph past taskLimit (more
+    // micro-batches on 1,024 GPUs) is refused like any invalid move.
+    ctx.maxTasks = taskLimit(p_);
     auto built = TaskGraph::build(ctx, initial);
     if (!built)
       return built.takeError();
@@ -171,7 +174,8 @@ public:
         ++r.proposals;
         auto nb = TaskGraph::build(ctx, *moved);
         if (!nb) {
-          // A move the pipeline's constraints refuse: not a proposal.
+          // A move the pipeline's constraints refuse, or whose graph
+          // passes taskLimit: not a proposal.
           llvm::consumeError(nb.takeError());
           --r.proposals;
           continue;
@@ -417,12 +421,15 @@ public:
     // alone be a good start.
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
     size_t maxTasks = taskLimit(p);
+    // The starts end at the deadline or when a time budget is spent.
+    SearchOptions startOptions = o;
+    if (o.budget.seconds > 0)
+      startOptions.deadline = std::min(
+          o.deadline,
+          began + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(o.budget.seconds)));
     for (size_t c = 0; c < initial.size(); ++c) {
-      // Past the deadline or a time budget, the starts simulated so far.
-      double spent =
-          std::chrono::duration<double>(Clock::now() - began).count();
-      if (c > 0 && (o.pastDeadline() ||
-                    (o.budget.seconds > 0 && spent > o.budget.seconds))) {
+      if (c > 0 && startOptions.pastDeadline()) {
         spdlog::info("mcmc: {} of {} starts simulated within the budget", c,
                      initial.size());
         break;
@@ -468,7 +475,7 @@ public:
           llvm::consumeError(std::move(err));
         } else {
           uint64_t n = 0;
-          auto fit = fitMicroBatches(p, acc, memoryLadder(), n, o);
+          auto fit = fitMicroBatches(p, acc, memoryLadder(), n, startOptions);
           if (!fit)
             return fit.takeError();
           if (*fit)

@@ -117,9 +117,10 @@ size_t taskLimit(const SearchProblem &p) {
                           8 * p.graph.numOps() * p.topo.numDevices());
 }
 
-llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
-                                                  const Strategy &s) {
+llvm::Expected<std::pair<Seconds, bool>>
+evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks) {
   SimContext ctx = p.context();
+  ctx.maxTasks = maxTasks;
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     return tg.takeError();
@@ -159,14 +160,25 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
 
 llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
 fitWithLadder(const SearchProblem &p, Strategy &s,
-              const std::vector<MemorySaving> &ladder, uint64_t &evaluated) {
-  std::pair<Seconds, bool> e{0, false};
+              const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
+              const SearchOptions *o) {
+  std::pair<Seconds, bool> e{std::numeric_limits<Seconds>::infinity(), false};
   MemorySaving used;
   for (const MemorySaving &rung : ladder) {
+    if (o && evaluated > 0 && o->pastDeadline())
+      break;
     rung.apply(p.graph, s);
-    auto r = evaluate(p, s);
-    if (!r)
-      return r.takeError();
+    auto r = evaluate(p, s, taskLimit(p));
+    if (!r) {
+      bool tooLarge = false;
+      llvm::Error rest = llvm::handleErrors(
+          r.takeError(), [&](const TaskGraphTooLarge &) { tooLarge = true; });
+      if (rest)
+        return llvm::Error(std::move(rest));
+      e = {std::numeric_limits<Seconds>::infinity(), false};
+      used = rung;
+      break;
+    }
     ++evaluated;
     e = *r;
     used = rung;
@@ -184,10 +196,13 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
   std::optional<Strategy> bestStrategy;
   Strategy cur = s;
   while (!o.pastDeadline()) {
-    auto fit = fitWithLadder(p, cur, ladder, evaluated);
+    auto fit = fitWithLadder(p, cur, ladder, evaluated, &o);
     if (!fit)
       return fit.takeError();
     auto [e, rung] = *fit;
+    // A graph past taskLimit: more micro-batches only make it larger.
+    if (!e.second && std::isinf(e.first))
+      break;
     if (e.second) {
       if (best && e.first >= best->first)
         break; // more micro-batches no longer pay

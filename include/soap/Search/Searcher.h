@@ -159,9 +159,10 @@ llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
 /// talks to every tile of the next) and would not fit in RAM.
 size_t taskLimit(const SearchProblem &p);
 
-/// Builds and simulates a strategy: (iteration time, fits in memory).
-llvm::Expected<std::pair<Seconds, bool>> evaluate(const SearchProblem &p,
-                                                  const Strategy &s);
+/// Builds and simulates a strategy: (iteration time, fits in memory). With
+/// `maxTasks`, a graph past it is TaskGraphTooLarge.
+llvm::Expected<std::pair<Seconds, bool>>
+evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
 
 /// A way to make a strategy hold less (issue 17): a ZeRO stage on every op
 /// with a data-parallel group, and a recomputation policy.
@@ -183,17 +184,19 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
 /// Evaluates `s` and, while it does not fit, again with each rung of
 /// `ladder` applied; `s` keeps the first that fits (or the last tried).
 /// Returns the evaluation and the rung used; `evaluated` counts the
-/// simulations.
+/// simulations. A task graph past taskLimit counts as not fitting (time
+/// infinite) and ends the ladder, as does `o`'s deadline.
 llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
 fitWithLadder(const SearchProblem &p, Strategy &s,
-              const std::vector<MemorySaving> &ladder, uint64_t &evaluated);
+              const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
+              const SearchOptions *o = nullptr);
 
 /// Gradient accumulation and micro-batching as a user tunes them: `s` with
 /// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),
 /// each through fitWithLadder, going on while nothing fits yet or the time
 /// still improves. `s` becomes the fastest that fits and the result is its
-/// time and rung; nullopt (and `s` unchanged) when none fits or `o`'s
-/// deadline passes first.
+/// time and rung; nullopt (and `s` unchanged) when none fits, `o`'s
+/// deadline passes first or the task graph grows past taskLimit.
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,

@@ -421,6 +421,7 @@ public:
     // alone be a good start.
     std::vector<std::pair<std::pair<bool, Seconds>, size_t>> rank;
     size_t maxTasks = taskLimit(p);
+    bool accumulate = false;
     // The starts end at the deadline or when a time budget is spent.
     SearchOptions startOptions = o;
     if (o.budget.seconds > 0)
@@ -458,28 +459,39 @@ public:
       // selective and with full activation recomputation, with ZeRO-1
       // and -3 (FSDP), and with ZeRO-3 and selective recomputation.
       if (c == 0 && !fits) {
+        // Next (before the other starts: under a time budget on a large
+        // model these are the ones that may fit), ZeRO-1 (Adam's state
+        // sharded), ZeRO-3 (FSDP) alone and with selective recomputation,
+        // and selective and full recomputation alone.
         using R = MemorySaving::Recompute;
+        size_t at = 1;
         for (MemorySaving m :
-             {MemorySaving{0, R::Selective}, MemorySaving{0, R::Full},
-              MemorySaving{1, R::None}, MemorySaving{3, R::None},
-              MemorySaving{3, R::Selective}}) {
+             {MemorySaving{1, R::None}, MemorySaving{3, R::None},
+              MemorySaving{3, R::Selective}, MemorySaving{0, R::Selective},
+              MemorySaving{0, R::Full}}) {
           Strategy r = initial[0];
           m.apply(g, r);
-          initial.push_back(std::move(r));
+          initial.insert(initial.begin() + std::ptrdiff_t(at++), std::move(r));
         }
-        // And gradient accumulation: the fewest micro-batches that fit
-        // (with ZeRO or recomputation if need be) or the fastest beyond.
-        Strategy acc = initial[0];
-        acc.pipeline.microBatches = 2;
-        if (llvm::Error err = verifyPipeline(acc, g)) {
-          llvm::consumeError(std::move(err));
-        } else {
-          uint64_t n = 0;
-          auto fit = fitMicroBatches(p, acc, memoryLadder(), n, startOptions);
-          if (!fit)
-            return fit.takeError();
-          if (*fit)
-            initial.push_back(std::move(acc));
+        accumulate = true;
+      }
+    }
+    // Last, gradient accumulation on data parallelism that does not fit:
+    // the fewest micro-batches that fit (with ZeRO or recomputation if need
+    // be) or the fastest beyond.
+    if (accumulate && !startOptions.pastDeadline()) {
+      Strategy acc = dataParallel(g, p.topo);
+      acc.pipeline.microBatches = 2;
+      if (llvm::Error err = verifyPipeline(acc, g)) {
+        llvm::consumeError(std::move(err));
+      } else {
+        uint64_t n = 0;
+        auto fit = fitMicroBatches(p, acc, memoryLadder(), n, startOptions);
+        if (!fit)
+          return fit.takeError();
+        if (*fit) {
+          rank.push_back({{false, (*fit)->first}, initial.size()});
+          initial.push_back(std::move(acc));
         }
       }
     }

@@ -22,7 +22,8 @@ llvm::Expected<Window> readWindow(const Op &op, const Value &x, const Value &y,
   w.kernel = std::move(kernel);
   w.strides = op.getInts("strides", std::vector<int64_t>(nsp, 1));
   w.dilations = op.getInts("dilations", std::vector<int64_t>(nsp, 1));
-  std::vector<int64_t> pads = op.getInts("pads", std::vector<int64_t>(2 * nsp, 0));
+  std::vector<int64_t> pads =
+      op.getInts("pads", std::vector<int64_t>(2 * nsp, 0));
   if (w.kernel.size() != nsp || w.strides.size() != nsp ||
       w.dilations.size() != nsp || pads.size() != 2 * nsp)
     return inputError("kernel_shape/strides/dilations/pads do not match the "
@@ -36,7 +37,8 @@ llvm::Expected<Window> readWindow(const Op &op, const Value &x, const Value &y,
     int64_t span = w.dilations[i] * (w.kernel[i] - 1) + 1;
     int64_t padEnd = 0;
     if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      int64_t total = std::max<int64_t>((out - 1) * w.strides[i] + span - in, 0);
+      int64_t total =
+          std::max<int64_t>((out - 1) * w.strides[i] + span - in, 0);
       w.padBegin.push_back(autoPad == "SAME_UPPER" ? total / 2
                                                    : total - total / 2);
       padEnd = total - w.padBegin.back();
@@ -70,11 +72,11 @@ llvm::Expected<OpSemantics> buildConv(const Op &op, const Graph &g) {
   const Value &X = **x, &W = **w, &Y = **out0;
   size_t rank = X.shape.rank();
   if (rank < 3)
-    return inputError("input '{}' has rank {}; Conv needs at least 3",
-                      X.name, rank);
+    return inputError("input '{}' has rank {}; Conv needs at least 3", X.name,
+                      rank);
   if (W.shape.rank() != rank)
-    return inputError("weight '{}' has rank {}, input '{}' has rank {}",
-                      W.name, W.shape.rank(), X.name, rank);
+    return inputError("weight '{}' has rank {}, input '{}' has rank {}", W.name,
+                      W.shape.rank(), X.name, rank);
   if (Y.shape.rank() != rank)
     return inputError("output rank {} differs from input rank {}",
                       Y.shape.rank(), rank);
@@ -166,8 +168,8 @@ llvm::Expected<OpSemantics> buildPool(const Op &op, const Graph &g) {
   if (rank < 3 || Y.shape.rank() != rank)
     return inputError("pooling needs matching input and output ranks >= 3");
   if (Y.shape[0] != X.shape[0] || Y.shape[1] != X.shape[1])
-    return inputError("output shape {} does not match input {}",
-                      Y.shape.str(), X.shape.str());
+    return inputError("output shape {} does not match input {}", Y.shape.str(),
+                      X.shape.str());
   bool global = llvm::StringRef(op.kind).startswith("Global");
   bool isMax = llvm::StringRef(op.kind).contains("Max");
   size_t nsp = rank - 2;
@@ -194,9 +196,9 @@ llvm::Expected<OpSemantics> buildPool(const Op &op, const Graph &g) {
   std::vector<int> o(nsp, -1);
   for (size_t i = 0; i < nsp; ++i)
     if (!global)
-      o[i] = b.addLoop("o" + std::to_string(i),
-                       b.classOf(&X, 2 + i, DimClass::Attribute),
-                       Y.shape[2 + i]);
+      o[i] =
+          b.addLoop("o" + std::to_string(i),
+                    b.classOf(&X, 2 + i, DimClass::Attribute), Y.shape[2 + i]);
   for (size_t i = 0; i < nsp; ++i) {
     // A max over a split window is not a partial sum: windows stay whole,
     // except a global average, which is a sum.
@@ -216,23 +218,47 @@ llvm::Expected<OpSemantics> buildPool(const Op &op, const Graph &g) {
     b.setOutput(1, ym);
   b.flops(Pass::Forward, 1, b.allLoops());
   b.flops(Pass::BackwardData, 1, b.allLoops());
-  if (isMax)
-    b.saveInput(0);
+  // Max pooling's backward routes each output gradient to its window's
+  // maximum: it keeps the argmax (an int64 per output element, as PyTorch's
+  // max_pool2d_with_indices), not the input.
+  if (isMax) {
+    uint64_t outLoops = (uint64_t(1) << n) | (uint64_t(1) << c);
+    for (int l : o)
+      if (l >= 0)
+        outLoops |= uint64_t(1) << l;
+    b.sem.savedExtraBytes.push_back({8.0, outLoops});
+  }
   return b.finish();
 }
 
 } // namespace
 
 void registerConvOps(OpRegistry &r) {
-  r.add({"Conv", "N-d convolution with groups, stride, dilation, padding",
-         buildConv, {1, 2}, false, {}});
-  r.add({"MaxPool", "max pooling over a window", buildPool, {}, false, {}});
-  r.add({"AveragePool", "average pooling over a window", buildPool, {}, false,
+  r.add({"Conv",
+         "N-d convolution with groups, stride, dilation, padding",
+         buildConv,
+         {1, 2},
+         false,
          {}});
-  r.add({"GlobalAveragePool", "average over all spatial positions", buildPool,
-         {}, false, {}});
-  r.add({"GlobalMaxPool", "max over all spatial positions", buildPool, {},
-         false, {}});
+  r.add({"MaxPool", "max pooling over a window", buildPool, {}, false, {}});
+  r.add({"AveragePool",
+         "average pooling over a window",
+         buildPool,
+         {},
+         false,
+         {}});
+  r.add({"GlobalAveragePool",
+         "average over all spatial positions",
+         buildPool,
+         {},
+         false,
+         {}});
+  r.add({"GlobalMaxPool",
+         "max over all spatial positions",
+         buildPool,
+         {},
+         false,
+         {}});
 }
 
 } // namespace detail

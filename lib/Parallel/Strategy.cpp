@@ -273,18 +273,22 @@ Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile) {
   std::vector<DType> none;
   if (!s.recomputes(o))
     return op.sem.savedBytes(tile, none, none);
+  // Recomputed: its forward runs again in backward and reads every
+  // activation input, saved or not (a recomputed Relu reads its MatMul's
+  // whole output, not the 1-byte mask a kept Relu saves). Those that kept
+  // ops or the graph's inputs gave it are held from the forward on; those
+  // of recomputed producers are made again.
   double bytes = 0;
-  for (const SavedOperand &so : op.sem.saved) {
-    if (so.isOutput)
-      continue;
-    ValueId v = op.input(size_t(so.index));
-    if (v == kNoValue)
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    ValueId v = op.inputs[i];
+    if (v == kNoValue || !op.sem.inputs[i].present ||
+        !g.value(v).isActivationLike())
       continue;
     OpId producer = g.value(v).producer;
     if (producer >= 0 && s.recomputes(producer))
       continue;
-    bytes += double(op.sem.inputRegion(so.index, tile).volume()) *
-             so.bytesPerElement;
+    bytes += double(op.sem.inputRegion(int(i), tile).volume()) *
+             double(dtypeBytes(g.value(v).dtype));
   }
   return Bytes(bytes);
 }

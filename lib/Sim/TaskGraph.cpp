@@ -6,6 +6,7 @@
 
 #include "soap/Support/Error.h"
 #include <algorithm>
+#include <limits>
 
 namespace soap {
 
@@ -436,7 +437,24 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
     }
   tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
   tg.work_.assign(tg.numResources(), 0);
-  tg.workspaces_.assign(ctx.topo.numDevices(), {});
+  tg.peaks_.assign(ctx.topo.numDevices(), PeakTree());
+  // A recomputed op runs again when the first (highest) recomputed op that
+  // reads it through recomputed ops runs its backward.
+  tg.recomputedUntil_.resize(g.numOps());
+  for (const Op &o : g.ops())
+    tg.recomputedUntil_[size_t(o.id)] = o.id;
+  for (size_t u = g.numOps(); u-- > 0;) {
+    const Op &o = g.op(OpId(u));
+    if (!s.recomputes(o.id))
+      continue;
+    for (ValueId v : o.inputs) {
+      if (v == kNoValue || g.value(v).producer < 0 ||
+          !s.recomputes(g.value(v).producer))
+        continue;
+      OpId &until = tg.recomputedUntil_[size_t(g.value(v).producer)];
+      until = std::max(until, tg.recomputedUntil_[u]);
+    }
+  }
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
   for (const Op &o : g.ops()) {
@@ -562,9 +580,40 @@ bool TaskGraph::fits() const {
   return true;
 }
 
+void TaskGraph::PeakTree::init(size_t leaves) {
+  size = 1;
+  while (size < leaves)
+    size <<= 1;
+  add.assign(2 * size, 0);
+  max.assign(2 * size, 0);
+  // Padding leaves hold nothing and stay below every real leaf.
+  const int64_t none = std::numeric_limits<int64_t>::min() / 4;
+  for (size_t i = leaves; i < size; ++i)
+    add[size + i] = max[size + i] = none;
+  for (size_t n = size; n-- > 1;)
+    max[n] = std::max(max[2 * n], max[2 * n + 1]);
+}
+
+void TaskGraph::PeakTree::rangeAdd(size_t node, size_t nlo, size_t nhi,
+                                   size_t lo, size_t hi, int64_t v) {
+  if (hi <= nlo || nhi <= lo)
+    return;
+  if (lo <= nlo && nhi <= hi) {
+    add[node] += v;
+    max[node] += v;
+    return;
+  }
+  size_t mid = (nlo + nhi) / 2;
+  rangeAdd(2 * node, nlo, mid, lo, hi, v);
+  rangeAdd(2 * node + 1, mid, nhi, lo, hi, v);
+  max[node] = add[node] + std::max(max[2 * node], max[2 * node + 1]);
+}
+
 /// Adds (sign +1) or removes (-1) what op `o`'s tiles hold on their
-/// devices: saved activations and workspace (the weight shards, gradients
-/// and optimizer state are the weights' segments', buildWeight).
+/// devices: saved activations, and what exists while its backward runs
+/// (the weight shards, gradients and optimizer state are the weights'
+/// segments', buildWeight). Everything here depends on `o`'s configuration
+/// and the graph only, so removing it and adding it back is exact.
 void TaskGraph::addOpMemory(OpId o, int sign) {
   const Graph &g = ctx_->graph;
   const Op &op = g.op(o);
@@ -576,33 +625,116 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   const Pipeline &pipe = strategy_.pipeline;
   int32_t m = pipe.microBatches;
-  // A micro-batch's activations, for each micro-batch the stage holds.
-  Bytes inFlight = pipe.inFlight(pipe.stage(o));
+  // A micro-batch's activations, for each micro-batch the stage holds: when
+  // the oldest one's backward runs, the others' are all still saved.
+  int64_t inFlight = pipe.inFlight(pipe.stage(o));
+  size_t n = g.numOps(), uo = size_t(o);
+  bool rc = strategy_.recomputes(o);
+  // ZeRO-3 gathers o's weights ahead of use (buildWeight's prefetch): in
+  // backward, while the next weighted op of the stage runs.
+  OpId prefetchedAt = -1;
+  int32_t pos = weightedPos_[uo];
+  if (pos >= 0 && pos + 1 < int32_t(weighted_.size()) &&
+      pipe.stage(weighted_[size_t(pos + 1)]) == pipe.stage(o))
+    prefetchedAt = weighted_[size_t(pos + 1)];
+  // Whether ZeRO shards weight input i over several devices: some other
+  // tile or replica reading the same region runs elsewhere (as buildWeight
+  // groups shards; other ops sharing the weight are not looked at).
+  std::vector<std::map<std::vector<int64_t>, std::set<DeviceId>>> holders(
+      op.inputs.size());
+  std::vector<int> zeroStage(op.inputs.size(), 0);
+  for (int i : op.sem.weightInputs) {
+    zeroStage[size_t(i)] = weightZeroStage(g, strategy_, op.inputs[size_t(i)]);
+    if (zeroStage[size_t(i)] < 2)
+      continue;
+    for (int64_t k = 0; k < c.numTiles(); ++k) {
+      Box b = op.sem.inputRegion(i, c.tile(op.sem, k));
+      std::vector<int64_t> bk = b.lo;
+      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
+      for (int32_t r = 0; r < c.replicas; ++r)
+        holders[size_t(i)][bk].insert(c.device(k, r));
+    }
+  }
   for (int64_t k = 0; k < c.numTiles(); ++k) {
     Box tile = c.tile(op.sem, k);
     Box mbTile = microBatchTile(c, op.sem, k, 0, m);
-    Bytes saved = keptBytes(g, strategy_, o, mbTile) * inFlight;
-    Bytes ws = ctx_->cost.memory(g, op, mbTile, ctx_->optimizer).workspace;
-    // Recomputed: what its forward saves exists again, for one micro-batch,
-    // while its backward runs.
-    if (strategy_.recomputes(o))
-      ws += op.sem.savedBytes(mbTile, inT, outT);
-    // ZeRO-3: the weights gathered whole while the op runs, and the next
-    // weighted op's being prefetched (counted as twice the op's own).
-    for (int i : op.sem.weightInputs)
-      if (weightZeroStage(g, strategy_, op.inputs[size_t(i)]) == 3)
-        ws += 2 * op.sem.inputRegion(i, tile).volume() *
-              weightBytes(inT[size_t(i)], ctx_->optimizer).weight;
+    Bytes kept = keptBytes(g, strategy_, o, mbTile);
+    // While the backward runs: the kernel's workspace, the output gradients
+    // it reads and the input gradients it writes (activations only: graph
+    // inputs and weights get none here; weight gradients are accumulated in
+    // place, `gradients`).
+    Bytes during = ctx_->cost.memory(g, op, mbTile, ctx_->optimizer).workspace;
+    for (size_t j = 0; j < op.outputs.size(); ++j)
+      if (op.outputs[j] != kNoValue && isFloating(outT[j]))
+        during +=
+            op.sem.outputRegion(int(j), mbTile).volume() * dtypeBytes(outT[j]);
+    // An input gradient lives from this backward until its producer's sums
+    // it (after every op in between: a residual's gradient across a
+    // block).
+    std::vector<std::pair<size_t, Bytes>> waiting;
+    for (int i : op.sem.gradInputs) {
+      ValueId v = op.inputs[size_t(i)];
+      if (v == kNoValue || !isFloating(inT[size_t(i)]) ||
+          g.value(v).kind != ValueKind::Activation)
+        continue;
+      Bytes b =
+          op.sem.inputRegion(i, mbTile).volume() * dtypeBytes(inT[size_t(i)]);
+      during += b;
+      waiting.emplace_back(size_t(g.value(v).producer) + 1, b);
+    }
+    // Recomputed: what its forward saves exists again (beyond the inputs
+    // kept for it) from the backward of the highest op that recomputes it
+    // (a recomputed chain runs again at once) until its own backward.
+    Bytes again = 0;
+    if (rc) {
+      again = op.sem.savedBytes(mbTile, inT, outT);
+      for (const SavedOperand &so : op.sem.saved) {
+        ValueId v = so.isOutput ? kNoValue : op.input(size_t(so.index));
+        if (v == kNoValue || (g.value(v).producer >= 0 &&
+                              strategy_.recomputes(g.value(v).producer)))
+          continue;
+        again -= Bytes(double(op.sem.inputRegion(so.index, mbTile).volume()) *
+                       so.bytesPerElement);
+      }
+      again = std::max<Bytes>(again, 0);
+    }
+    // ZeRO-3: the whole weight gathered while the op runs, and again
+    // while the next weighted op's backward runs (prefetched). ZeRO-2/3: a
+    // kernel writes the op's whole weight gradient before it is
+    // reduce-scattered to the device's 1/D.
+    Bytes gathered = 0;
+    for (int i : op.sem.weightInputs) {
+      int zs = zeroStage[size_t(i)];
+      if (zs < 2)
+        continue;
+      Box b = op.sem.inputRegion(i, tile);
+      std::vector<int64_t> bk = b.lo;
+      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
+      if (holders[size_t(i)][bk].size() < 2)
+        continue;
+      WeightBytes wb = weightBytes(inT[size_t(i)], ctx_->optimizer);
+      during += b.volume() * wb.gradient;
+      if (zs == 3)
+        gathered += b.volume() * wb.weight;
+    }
+    during += gathered;
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
-      DeviceMemory &m = mem_[d];
-      m.saved += sign * saved;
-      auto &wsm = workspaces_[d];
-      if (sign > 0)
-        ++wsm[ws];
-      else if (--wsm[ws] == 0)
-        wsm.erase(ws);
-      m.workspace = wsm.empty() ? 0 : wsm.rbegin()->first;
+      DeviceMemory &dm = mem_[d];
+      PeakTree &t = peaks_[d];
+      if (t.size == 0)
+        t.init(n);
+      dm.saved += sign * kept * inFlight;
+      t.rangeAdd(0, n, sign * kept * (inFlight - 1));
+      t.rangeAdd(uo, n, sign * kept);
+      t.rangeAdd(uo, uo + 1, sign * during);
+      for (const auto &[from, b] : waiting)
+        t.rangeAdd(from, uo, sign * b);
+      t.rangeAdd(uo, size_t(recomputedUntil_[uo]) + 1, sign * again);
+      if (prefetchedAt >= 0)
+        t.rangeAdd(size_t(prefetchedAt), size_t(prefetchedAt) + 1,
+                   sign * gathered);
+      dm.workspace = std::max<Bytes>(t.peak() - dm.saved, 0);
     }
   }
 }

@@ -137,8 +137,8 @@ void dropIdleZero(const Graph &g, Strategy &s);
 std::vector<uint8_t> zeroPolicy(const Graph &g, const Strategy &s, int stage);
 
 /// Bytes op `o`'s `tile` keeps for backward under `s`: everything it saves,
-/// or, recomputed, only its saved inputs produced by kept ops (graph inputs
-/// and weights count as kept).
+/// or, recomputed, every activation input its forward reads again that a
+/// kept op (or the graph's input) produced.
 Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile);
 
 /// Which ops save anything for backward (recomputing the others means

@@ -139,9 +139,15 @@ public:
   }
   const SimContext &context() const { return *ctx_; }
 
-  /// Memory each device holds (weights, gradients and optimizer state of its
-  /// shards, each counted once per device; saved activations; receive
-  /// buffers of forward transfers; the largest workspace).
+  /// Memory each device holds at its peak: weights, gradients and optimizer
+  /// state of its shards, each counted once per device; saved activations
+  /// (every op's, as at the end of the forward pass); receive buffers of
+  /// forward transfers and of a pipeline's boundary gradients; and as
+  /// workspace, the most that the backward pass holds beyond the saved
+  /// activations it has not yet freed (an op's output and input gradients,
+  /// gradients waiting for their producer, recomputed activations, ZeRO's
+  /// gathered weights and whole weight gradients), which can be less than
+  /// a workspace since the later ops' saved activations are freed by then.
   struct DeviceMemory {
     Bytes weights = 0, gradients = 0, optimizer = 0, saved = 0, buffers = 0,
           workspace = 0;
@@ -234,7 +240,31 @@ private:
   std::map<ValueId, std::vector<std::pair<DeviceId, DeviceMemory>>> weightMem_;
   std::vector<OpId> weighted_;       ///< ops with weights, in id order
   std::vector<int32_t> weightedPos_; ///< per op: index in weighted_, or -1
-  std::vector<std::map<Bytes, int>> workspaces_; ///< per device
+  /// The backward pass's memory over time, per device: leaf o is what the
+  /// device holds (beyond weights, gradients, optimizer state and buffers)
+  /// while op o's backward runs. Ops run their backward in descending id
+  /// order, so an op's saved activations are added to leaves [o, N); its
+  /// gradients to leaf o. Range-add / global-max segment tree: adding and
+  /// removing an op's memory in any order gives the same integers, so a
+  /// delta simulation's peak equals a full one's.
+  struct PeakTree {
+    size_t size = 0;               ///< leaves, a power of two
+    std::vector<int64_t> add, max; ///< per node
+    void init(size_t leaves);
+    void rangeAdd(size_t lo, size_t hi, int64_t v) {
+      if (lo < hi && v != 0)
+        rangeAdd(1, 0, size, lo, hi, v);
+    }
+    int64_t peak() const { return max[1]; }
+
+  private:
+    void rangeAdd(size_t node, size_t nlo, size_t nhi, size_t lo, size_t hi,
+                  int64_t v);
+  };
+  std::vector<PeakTree> peaks_; ///< per device, built on first use
+  /// Per op: the highest op whose backward recomputes it (its own id when
+  /// it is not recomputed, or first recomputed by its own backward).
+  std::vector<OpId> recomputedUntil_;
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
 };
 

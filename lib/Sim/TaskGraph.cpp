@@ -81,8 +81,6 @@ std::error_code TaskGraphTooLarge::convertToErrorCode() const {
 TaskId TaskGraph::newTask(Task t) {
   t.alive = true;
   ++numAlive_;
-  if (t.bufferDevice >= 0)
-    mem_[t.bufferDevice].buffers += t.bytes;
   for (uint32_t r : t.resources)
     work_[r] += toPicoseconds(t.exe);
   if (!free_.empty()) {
@@ -107,8 +105,6 @@ void TaskGraph::removeTask(TaskId id, std::vector<TaskId> &touched,
   if (!t.alive)
     return;
   removedReady.push_back(t.ready);
-  if (t.bufferDevice >= 0)
-    mem_[t.bufferDevice].buffers -= t.bytes;
   for (uint32_t r : t.resources)
     work_[r] -= toPicoseconds(t.exe);
   auto erase = [&](std::vector<TaskId> &v) {

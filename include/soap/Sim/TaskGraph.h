@@ -80,7 +80,11 @@ struct Task {
   CollectiveRole role = CollectiveRole::PartialSum;
   uint32_t groupSize = 0;                  ///< devices in a collective
   Collective comm = Collective::AllReduce; ///< what a collective does
-  int32_t bufferDevice = -1; ///< a forward transfer's receiving device
+  /// A forward transfer's receiving device (for the micro-batches its stage
+  /// holds). Not counted in memory: the consumer's forward frees what it
+  /// received or keeps it as a saved input (`saved`), so no receive buffer
+  /// is left when the backward pass peaks.
+  int32_t bufferDevice = -1;
   bool alive = false;
   // Filled by the simulator.
   Seconds ready = 0, start = 0, end = 0;
@@ -141,13 +145,13 @@ public:
 
   /// Memory each device holds at its peak: weights, gradients and optimizer
   /// state of its shards, each counted once per device; saved activations
-  /// (every op's, as at the end of the forward pass); receive buffers of
-  /// forward transfers and of a pipeline's boundary gradients; and as
-  /// workspace, the most that the backward pass holds beyond the saved
-  /// activations it has not yet freed (an op's output and input gradients,
-  /// gradients waiting for their producer, recomputed activations, ZeRO's
-  /// gathered weights and whole weight gradients), which can be less than
-  /// a workspace since the later ops' saved activations are freed by then.
+  /// (every op's, as at the end of the forward pass); receive buffers (none
+  /// today: Task::bufferDevice); and as workspace, the most that the backward
+  /// pass holds beyond the saved activations it has not yet freed (an op's
+  /// output and input gradients, gradients waiting for their producer,
+  /// recomputed activations, ZeRO's gathered weights and whole weight
+  /// gradients), which can be less than a workspace since the later ops' saved
+  /// activations are freed by then.
   struct DeviceMemory {
     Bytes weights = 0, gradients = 0, optimizer = 0, saved = 0, buffers = 0,
           workspace = 0;

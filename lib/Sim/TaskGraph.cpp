@@ -664,9 +664,9 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       if (op.outputs[j] != kNoValue && isFloating(outT[j]))
         during +=
             op.sem.outputRegion(int(j), mbTile).volume() * dtypeBytes(outT[j]);
-    // An input gradient lives from this backward until its producer's sums
-    // it (after every op in between: a residual's gradient across a
-    // block).
+    // An input gradient lives from this backward until its producer's
+    // backward sums it (through every op in between: a residual's gradient
+    // across a block).
     std::vector<std::pair<size_t, Bytes>> waiting;
     for (int i : op.sem.gradInputs) {
       ValueId v = op.inputs[size_t(i)];

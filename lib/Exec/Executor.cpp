@@ -349,6 +349,13 @@ bool Runner::aliasesReshape(OpId o) const {
       (op.kind != "Reshape" && op.kind != "Flatten" && op.kind != "Squeeze" &&
        op.kind != "Unsqueeze"))
     return false;
+  // Only an activation's buffer is the op's to pass on: a weight reaching
+  // the reshape (an Einsum's lowering reshapes its weight operand) is lent
+  // by lendWeights and must stay where it is.
+  const std::vector<int> &wi = op.sem.weightInputs;
+  if (std::find(wi.begin(), wi.end(), 0) != wi.end() ||
+      g_.value(op.inputs[0]).producer < 0)
+    return false;
   const OpPlan &p = plan(o);
   const std::vector<int64_t> &xs = g_.value(op.inputs[0]).shape.dims,
                              &ys = g_.value(op.outputs[0]).shape.dims;

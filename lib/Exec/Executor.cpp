@@ -7,6 +7,7 @@
 #include "ElementwiseFn.h"
 #include "Gemm.h"
 #include "Runner.h"
+#include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
 #include "soap/Support/Rng.h"
@@ -21,7 +22,6 @@
 #include <malloc.h>
 #include <map>
 #include <optional>
-#include <sched.h>
 #include <set>
 #include <thread>
 
@@ -913,11 +913,7 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
 int kernelThreads(const ExecOptions &opts, const Comm &comm) {
   if (opts.threads > 0)
     return opts.threads;
-  cpu_set_t set;
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0
-                  ? CPU_COUNT(&set)
-                  : static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, comm.localSize()));
+  return std::max(1, availableCores() / std::max(1, comm.localSize()));
 }
 
 llvm::Error prepareBackend(const ExecOptions &opts, const Comm &comm) {

@@ -248,10 +248,13 @@ static llvm::Error run(Comm &comm) {
         llvm::outs() << fmt::format(
             "memory: rank {} peak {} bytes measured, {} predicted (weights "
             "{}, gradients {}, optimizer {}, saved {}, buffers {}, "
-            "workspace {}), measured/predicted {:.3f}\n",
+            "workspace {}), measured/predicted {}\n",
             k, peak[k], m.total(), m.weights, m.gradients, m.optimizer, m.saved,
             m.buffers, m.workspace,
-            m.total() > 0 ? double(peak[k]) / double(m.total()) : 0.0);
+            // A rank the plan gives nothing holds nothing: no ratio.
+            m.total() > 0
+                ? fmt::format("{:.3f}", double(peak[k]) / double(m.total()))
+                : std::string(peak[k] > 0 ? "inf" : "-"));
       }
     }
     if (!opts.dumpWeightsDir.empty())

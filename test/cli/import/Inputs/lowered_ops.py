@@ -30,8 +30,6 @@ mean cross-entropy over the last axis; BatchNorm with batch statistics, as
 soap-run trains every BatchNormalization) and compares every step's loss and
 final weight with soap-run's output and --dump-weights directory; prints one
 line, exits 1 on a difference beyond float rounding."""
-import array
-import json
 import math
 import os
 import sys
@@ -44,6 +42,7 @@ from torchvision.models.swin_transformer import ShiftedWindowAttention
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "exec", "Inputs"))
 from torch_reference import fnv1a, hash_uniform  # noqa: E402
+from weight_flow import train_and_compare  # noqa: E402
 
 CLASSES = 5
 
@@ -151,43 +150,7 @@ def compare(name, seed, run_out, run_dir, batch=8):
     shape = [batch] + dims
     x = torch.tensor([2 * hash_uniform(seed, fnv1a("input") ^ 0x5EED, i) - 1
                       for i in range(math.prod(shape))]).reshape(shape)
-    rows = model(x).numel() // CLASSES
-    labels = torch.tensor([min(int(hash_uniform(seed, fnv1a("labels") ^
-                                                0x5EED, i) * CLASSES),
-                               CLASSES - 1) for i in range(rows)])
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(3):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x).reshape(rows, CLASSES), labels)
-        losses.append(loss.item())
-        loss.backward()
-        opt.step()
-    with open(run_out) as f:
-        ran = [float(line.split()[3]) for line in f
-               if line.startswith("step ")]
-    if len(ran) != len(losses):
-        sys.exit("DIFFERENT: %d steps ran, 3 expected" % len(ran))
-    for k, (a, b) in enumerate(zip(losses, ran)):
-        if abs(a - b) > 1e-5 * abs(a):
-            sys.exit("DIFFERENT: step %d loss %.9g (torch) %.9g (soap-run)"
-                     % (k + 1, a, b))
-    with open(os.path.join(run_dir, "weights.json")) as f:
-        dumped = json.load(f)["weights"]
-    params = dict(model.named_parameters())
-    if sorted(w["name"] for w in dumped) != sorted(params):
-        sys.exit("DIFFERENT: weights %s, PyTorch has %s"
-                 % (sorted(w["name"] for w in dumped), sorted(params)))
-    for w in dumped:
-        got = array.array("f")
-        with open(os.path.join(run_dir, w["file"]), "rb") as f:
-            got.frombytes(f.read())
-        want = params[w["name"]].detach().flatten().tolist()
-        for i, (a, b) in enumerate(zip(want, got)):
-            if abs(a - b) > max(1e-5 * abs(a), 1e-6):
-                sys.exit("DIFFERENT: %s[%d] %.9g (torch) %.9g (soap-run)"
-                         % (w["name"], i, a, b))
-    print("SAME AS PYTORCH: %d losses, %d weights" % (len(ran), len(dumped)))
+    train_and_compare(model, x, CLASSES, seed, run_out, run_dir)
 
 
 def bad(name, path):

@@ -74,27 +74,19 @@ def export(name, path):
                       dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
 
 
-def compare(name, seed, run_out, run_dir, batch=8):
-    model = MODELS[name]().train()
-    with torch.no_grad():
-        for k, p in model.named_parameters():
-            n = p.numel()
-            a = 1 / math.sqrt(n / p.shape[0]) if p.dim() >= 2 else 0.1
-            u = [2 * hash_uniform(seed, fnv1a(k), i) - 1 for i in range(n)]
-            p.copy_(torch.tensor([a * v for v in u]).reshape(p.shape))
-    shape = [batch, TOKENS, WIDTH]
-    x = torch.tensor([2 * hash_uniform(seed, fnv1a("input") ^ 0x5EED, i) - 1
-                      for i in range(math.prod(shape))]).reshape(shape)
-    logits = model(x)
-    rows = logits.numel() // CLASSES
+def train_and_compare(model, x, classes, seed, run_out, run_dir):
+    """Trains `model` on `x` for 3 SGD steps (labels of `classes` classes
+    drawn from `seed`, as soap-run draws them); exits with DIFFERENT unless
+    soap-run's losses (`run_out`) and dumped weights (`run_dir`) match."""
+    rows = model(x).numel() // classes
     labels = torch.tensor([min(int(hash_uniform(seed, fnv1a("labels") ^
-                                                0x5EED, i) * CLASSES),
-                               CLASSES - 1) for i in range(rows)])
+                                                0x5EED, i) * classes),
+                               classes - 1) for i in range(rows)])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for _ in range(3):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x).reshape(rows, CLASSES), labels)
+        loss = F.cross_entropy(model(x).reshape(rows, classes), labels)
         losses.append(loss.item())
         loss.backward()
         opt.step()
@@ -123,6 +115,20 @@ def compare(name, seed, run_out, run_dir, batch=8):
                 sys.exit("DIFFERENT: %s[%d] %.9g (torch) %.9g (soap-run)"
                          % (w["name"], i, a, b))
     print("SAME AS PYTORCH: %d losses, %d weights" % (len(ran), len(dumped)))
+
+
+def compare(name, seed, run_out, run_dir, batch=8):
+    model = MODELS[name]().train()
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            n = p.numel()
+            a = 1 / math.sqrt(n / p.shape[0]) if p.dim() >= 2 else 0.1
+            u = [2 * hash_uniform(seed, fnv1a(k), i) - 1 for i in range(n)]
+            p.copy_(torch.tensor([a * v for v in u]).reshape(p.shape))
+    shape = [batch, TOKENS, WIDTH]
+    x = torch.tensor([2 * hash_uniform(seed, fnv1a("input") ^ 0x5EED, i) - 1
+                      for i in range(math.prod(shape))]).reshape(shape)
+    train_and_compare(model, x, CLASSES, seed, run_out, run_dir)
 
 
 if __name__ == "__main__":

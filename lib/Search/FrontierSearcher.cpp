@@ -77,9 +77,11 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     auto s = strategyMetrics(p, rep.points[i].strategy, limit);
     if (s)
       sims[i] = *s;
-    else
-      failures[i] = errorMessage(llvm::handleErrors(
-          s.takeError(), [&](const TaskGraphTooLarge &) { tooLarge[i] = 1; }));
+    else {
+      bool large;
+      failures[i] = errorMessage(dropTooLarge(s.takeError(), large));
+      tooLarge[i] = large;
+    }
   });
   size_t skipped = 0;
   for (size_t i : pick) {

@@ -435,29 +435,20 @@ public:
                      initial.size());
         break;
       }
-      SimContext ctx = p.context();
-      ctx.maxTasks = maxTasks;
-      auto tg = TaskGraph::build(ctx, initial[c]);
-      if (!tg) {
-        bool tooLarge = false;
-        llvm::Error rest =
-            llvm::handleErrors(tg.takeError(), [&](const TaskGraphTooLarge &) {
-              tooLarge = true;
-            });
-        if (rest)
+      auto e = evaluate(p, initial[c], maxTasks);
+      if (!e) {
+        bool tooLarge;
+        if (llvm::Error rest = dropTooLarge(e.takeError(), tooLarge))
           return llvm::Error(std::move(rest));
         spdlog::info("mcmc: start {} skipped: its task graph has more than "
                      "{} tasks",
                      c, maxTasks);
         continue;
       }
-      Simulator sim(*tg);
-      Seconds time = sim.simulateFull();
-      bool fits = tg->fits();
+      auto [time, fits] = *e;
       rank.push_back({{!fits, time}, c});
-      // Data parallelism that does not fit: also start from it with
-      // selective and with full activation recomputation, with ZeRO-1
-      // and -3 (FSDP), and with ZeRO-3 and selective recomputation.
+      // Data parallelism that does not fit: also start from it with ZeRO
+      // and recomputation.
       if (c == 0 && !fits) {
         // Next (before the other starts: under a time budget on a large
         // model these are the ones that may fit), ZeRO-1 (Adam's state

@@ -170,10 +170,8 @@ fitWithLadder(const SearchProblem &p, Strategy &s,
     rung.apply(p.graph, s);
     auto r = evaluate(p, s, taskLimit(p));
     if (!r) {
-      bool tooLarge = false;
-      llvm::Error rest = llvm::handleErrors(
-          r.takeError(), [&](const TaskGraphTooLarge &) { tooLarge = true; });
-      if (rest)
+      bool tooLarge;
+      if (llvm::Error rest = dropTooLarge(r.takeError(), tooLarge))
         return llvm::Error(std::move(rest));
       e = {std::numeric_limits<Seconds>::infinity(), false};
       used = rung;

@@ -78,6 +78,12 @@ std::error_code TaskGraphTooLarge::convertToErrorCode() const {
   return std::make_error_code(std::errc::not_enough_memory);
 }
 
+llvm::Error dropTooLarge(llvm::Error err, bool &tooLarge) {
+  tooLarge = false;
+  return llvm::handleErrors(
+      std::move(err), [&](const TaskGraphTooLarge &) { tooLarge = true; });
+}
+
 TaskId TaskGraph::newTask(Task t) {
   t.alive = true;
   ++numAlive_;

@@ -116,6 +116,11 @@ private:
   size_t limit_;
 };
 
+/// `err` with a TaskGraphTooLarge taken out: success when that was all it
+/// held (a searcher then skips the strategy); `tooLarge` says whether it
+/// did.
+llvm::Error dropTooLarge(llvm::Error err, bool &tooLarge);
+
 class TaskGraph {
 public:
   /// Builds the whole graph. Errors come from the cost model (strict mode).

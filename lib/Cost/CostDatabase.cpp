@@ -35,9 +35,16 @@ llvm::Error CostDatabase::merge(const CostDatabase &other) {
          {std::pair{&env.gpuName, &other.env.gpuName},
           {&env.driver, &other.env.driver}, {&env.cuda, &other.env.cuda},
           {&env.cudnn, &other.env.cudnn}, {&env.cublas, &other.env.cublas},
-          {&env.math, &other.env.math}})
+          {&env.math, &other.env.math}, {&env.cpuName, &other.env.cpuName},
+          {&env.libraries, &other.env.libraries}})
       if (!theirs->empty())
         *mine = *theirs;
+  for (auto [mine, theirs] :
+       {std::pair{&env.cores, &other.env.cores},
+        {&env.ranks, &other.env.ranks},
+        {&env.threadsPerRank, &other.env.threadsPerRank}})
+    if (*theirs > 0)
+      *mine = *theirs;
   for (const auto &[sig, e] : other.kernels_)
     kernels_[sig] = e;
   if (other.memoryBandwidthBytesPerSec > 0)
@@ -100,10 +107,21 @@ llvm::Expected<CostDatabase> CostDatabase::fromJson(const Json &doc,
   for (auto [key, field] :
        {std::pair{"gpu_name", &db.env.gpuName}, {"driver", &db.env.driver},
         {"cuda", &db.env.cuda}, {"cudnn", &db.env.cudnn},
-        {"cublas", &db.env.cublas}, {"math", &db.env.math}}) {
+        {"cublas", &db.env.cublas}, {"math", &db.env.math},
+        {"cpu_name", &db.env.cpuName}, {"libraries", &db.env.libraries}}) {
     if (!(*dev)->contains(key))
       continue;
     auto v = r.string(**dev, "/device", key);
+    if (!v)
+      return v.takeError();
+    *field = *v;
+  }
+  for (auto [key, field] :
+       {std::pair{"cores", &db.env.cores}, {"ranks", &db.env.ranks},
+        {"threads_per_rank", &db.env.threadsPerRank}}) {
+    if (!(*dev)->contains(key))
+      continue;
+    auto v = r.integer(**dev, "/device", key, 1);
     if (!v)
       return v.takeError();
     *field = *v;
@@ -240,9 +258,14 @@ Json CostDatabase::toJson() const {
   for (auto [key, v] : {std::pair{"gpu_name", &env.gpuName},
                         {"driver", &env.driver}, {"cuda", &env.cuda},
                         {"cudnn", &env.cudnn}, {"cublas", &env.cublas},
-                        {"math", &env.math}})
+                        {"math", &env.math}, {"cpu_name", &env.cpuName},
+                        {"libraries", &env.libraries}})
     if (!v->empty())
       device[key] = *v;
+  for (auto [key, v] : {std::pair{"cores", env.cores}, {"ranks", env.ranks},
+                        {"threads_per_rank", env.threadsPerRank}})
+    if (v > 0)
+      device[key] = v;
   Json doc = {{"format", kFormat},
               {"version", kVersion},
               {"device", device},

@@ -47,6 +47,13 @@ llvm::Error ExecOptions::validate() const {
   if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam")
     return inputError("optimizer '{}': soap-run runs sgd, momentum or adam",
                       optimizer);
+  if (precision != "fp32" && precision != "bf16")
+    return inputError("precision '{}': soap-run runs fp32 or bf16 plans",
+                      precision);
+  if (precision == "bf16" && backend != "cpu")
+    return inputError("--backend {}: soap-run runs bf16 plans on the cpu "
+                      "backend only",
+                      backend);
   if (!(learningRate > 0) || !std::isfinite(learningRate))
     return inputError("--lr must be a positive number, got {}", learningRate);
   return llvm::Error::success();
@@ -244,6 +251,9 @@ void Runner::fillLocal(const Value &v, const Box &box, Buf &out) {
       else
         out.data[off] = static_cast<float>(2 * u - 1);
     });
+    // bf16: the data enters as bf16 (autocast casts it before a GEMM).
+    if (range == intRange_.end() && isFloating(v.dtype))
+      roundStored(out);
     break;
   }
   default: // weights are lent (lendWeights); running statistics are
@@ -270,6 +280,23 @@ void Runner::gatherInput(OpId o, size_t i) {
       dsts.push_back({p.inReg[i][k], r, r == me_ ? &t->in[i] : nullptr});
     }
   assemble(srcs, dsts, Combine::Sum);
+  // bf16: partial sums of a split reduction add up to a bf16 tensor again
+  // (what a bf16 all-reduce of them gives, to rounding).
+  if (bf16_ && isFloating(v.dtype))
+    for (Task &t : tasks(o))
+      roundStored(t.in[i]);
+}
+
+void Runner::roundOutputs(OpId o) {
+  if (!bf16_)
+    return;
+  const Op &op = g_.op(o);
+  bool loss = op.kind == "SoftmaxCrossEntropyLoss";
+  for (Task &t : tasks(o))
+    for (size_t j = 0; j < op.outputs.size() && j < t.out.size(); ++j)
+      if (op.outputs[j] != kNoValue && !(loss && j == 0) &&
+          isFloating(g_.value(op.outputs[j]).dtype))
+        roundStored(t.out[j]);
 }
 
 /// What a recomputed op keeps of input `i` through its backward: the
@@ -437,6 +464,7 @@ void Runner::forward(OpId o, bool again) {
     }
   } else {
     exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+    roundOutputs(o);
   }
   returnWeights(o);
   if (!again) {
@@ -646,6 +674,8 @@ void Runner::backward(OpId o) {
         dsts.push_back({p.outReg[j][k], r, r == me_ ? &t->gout[j] : nullptr});
       }
     assemble(srcs, dsts, Combine::Sum);
+    for (Task &t : ts)
+      roundStored(t.gout[j]);
     // The users' contributions to this gradient are summed: drop them.
     for (OpId u : users) {
       const Op &uo = g_.op(u);
@@ -700,8 +730,18 @@ void Runner::backward(OpId o) {
         if (op.outputs[j] != kNoValue)
           t.out[j].reset(p.outReg[j][t.tile]);
     exec::findKernel(op.kind, opts_.backend)->forward(ctx);
+    roundOutputs(o);
   }
   exec::findKernel(op.kind, opts_.backend)->backward(ctx);
+  // bf16: an activation's gradient is stored as bf16 (the weights' are
+  // rounded as they are accumulated).
+  if (bf16_)
+    for (Task &t : ts)
+      for (size_t i = 0; i < op.inputs.size() && i < t.gin.size(); ++i)
+        if (op.inputs[i] != kNoValue &&
+            g_.value(op.inputs[i]).kind == ValueKind::Activation &&
+            isFloating(g_.value(op.inputs[i]).dtype))
+          roundStored(t.gin[i]);
   returnWeights(o);
   accumulateGradients(o);
   // Nothing after this op's backward reads its operands (its consumers

@@ -126,6 +126,15 @@ llvm::Error Runner::setUpWeights() {
       wb.part = wb.counts[size_t(wb.member)];
       Buf whole;
       initialValues(g_, wv, opts_.seed, wb.box, whole);
+      if (bf16_) {
+        // The fp32 master (this member's part under ZeRO, as the
+        // optimizer state); the kernels read its bf16 rounding.
+        size_t at = wb.zero >= 1 ? wb.offset : 0;
+        size_t len = wb.zero >= 1 ? wb.part : n;
+        wb.master.assign(whole.data.begin() + long(at),
+                         whole.data.begin() + long(at + len));
+        roundStored(whole);
+      }
       if (wb.zero == 3)
         wb.shard.assign(whole.data.begin() + long(wb.offset),
                         whole.data.begin() + long(wb.offset + wb.part));
@@ -140,6 +149,18 @@ llvm::Error Runner::setUpWeights() {
     }
   }
   return llvm::Error::success();
+}
+
+const Buf &Runner::wholeMaster(WeightBox &wb, Buf &tmp) {
+  if (!bf16_)
+    return wholeWeight(wb, tmp);
+  tmp.box = wb.box;
+  tmp.data.assign(size_t(wb.box.volume()), 0.0f);
+  size_t at = wb.zero >= 1 ? wb.offset : 0;
+  std::copy(wb.master.begin(), wb.master.end(), tmp.data.begin() + long(at));
+  if (wb.zero >= 1)
+    comm_.allGather(wb.group, tmp.data.data(), wb.counts);
+  return tmp;
 }
 
 const Buf &Runner::wholeWeight(WeightBox &wb, Buf &tmp) {
@@ -249,6 +270,9 @@ void Runner::accumulateGradients(OpId o) {
       else
         for (size_t k = 0; k < acc.size(); ++k)
           acc[k] += t.gin[i].data[k];
+      // bf16: the weight gradient is held as bf16 (the sums accumulate
+      // in fp32 inside a kernel, rounded as they are stored).
+      roundStored(acc.data(), acc.size());
       wb.touched = true;
       t.gin[i] = Buf();
     }
@@ -267,8 +291,10 @@ void Runner::accumulateGradients(OpId o) {
       if (wb.mbGrad.empty())
         wb.mbGrad.assign(size_t(wb.box.volume()), 0.0f);
       comm_.reduceScatter(wb.group, wb.mbGrad.data(), wb.counts);
+      roundStored(wb.mbGrad.data() + wb.offset, wb.part);
       for (size_t k = 0; k < wb.part; ++k)
         wb.grad[k] += wb.mbGrad[wb.offset + k];
+      roundStored(wb.grad.data(), wb.part);
       release(wb.mbGrad);
     }
 }
@@ -297,6 +323,16 @@ void Runner::updatePart(float *w, const float *g, float *m, float *v,
   }
 }
 
+void Runner::stepBox(WeightBox &wb, float *w, const float *g, size_t n) {
+  if (!bf16_) {
+    updatePart(w, g, wb.m.data(), wb.v.data(), n);
+    return;
+  }
+  updatePart(wb.master.data(), g, wb.m.data(), wb.v.data(), n);
+  for (size_t k = 0; k < n; ++k)
+    w[k] = roundBf16(wb.master[k]);
+}
+
 void Runner::syncWeights() {
   for (auto &[w, idxs] : boxesOfWeight_) {
     if (unclean_.count(w)) {
@@ -323,8 +359,8 @@ void Runner::syncWeights() {
           continue;
         mine[a] = Buf();
         wb.grad = std::move(sums[a].data);
-        updatePart(wb.weight.data.data(), wb.grad.data(), wb.m.data(),
-                   wb.v.data(), wb.grad.size());
+        roundStored(wb.grad.data(), wb.grad.size());
+        stepBox(wb, wb.weight.data.data(), wb.grad.data(), wb.grad.size());
         std::fill(wb.grad.begin(), wb.grad.end(), 0.0f);
         wb.touched = false;
       }
@@ -338,24 +374,23 @@ void Runner::syncWeights() {
       switch (wb.zero) {
       case 0:
         comm_.allReduce(wb.group, wb.grad.data(), n);
-        updatePart(wb.weight.data.data(), wb.grad.data(), wb.m.data(),
-                   wb.v.data(), n);
+        roundStored(wb.grad.data(), n);
+        stepBox(wb, wb.weight.data.data(), wb.grad.data(), n);
         break;
       case 1:
         comm_.reduceScatter(wb.group, wb.grad.data(), wb.counts);
-        updatePart(wb.weight.data.data() + wb.offset,
-                   wb.grad.data() + wb.offset, wb.m.data(), wb.v.data(),
-                   wb.part);
+        roundStored(wb.grad.data() + wb.offset, wb.part);
+        stepBox(wb, wb.weight.data.data() + wb.offset,
+                wb.grad.data() + wb.offset, wb.part);
         comm_.allGather(wb.group, wb.weight.data.data(), wb.counts);
         break;
       case 2:
-        updatePart(wb.weight.data.data() + wb.offset, wb.grad.data(),
-                   wb.m.data(), wb.v.data(), wb.part);
+        stepBox(wb, wb.weight.data.data() + wb.offset, wb.grad.data(),
+                wb.part);
         comm_.allGather(wb.group, wb.weight.data.data(), wb.counts);
         break;
       default:
-        updatePart(wb.shard.data(), wb.grad.data(), wb.m.data(), wb.v.data(),
-                   wb.part);
+        stepBox(wb, wb.shard.data(), wb.grad.data(), wb.part);
         break;
       }
       std::fill(wb.grad.begin(), wb.grad.end(), 0.0f);
@@ -389,7 +424,7 @@ llvm::Error Runner::dumpWeights() {
     std::vector<Buf> tmp(idxs.size());
     for (size_t a = 0; a < idxs.size(); ++a) {
       WeightBox &wb = boxes_[idxs[a]];
-      const Buf *local = wb.member >= 0 ? &wholeWeight(wb, tmp[a]) : nullptr;
+      const Buf *local = wb.member >= 0 ? &wholeMaster(wb, tmp[a]) : nullptr;
       srcs.push_back({wb.box, wb.group, local});
     }
     Buf whole;

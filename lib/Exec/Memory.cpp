@@ -9,6 +9,7 @@ namespace exec {
 
 namespace {
 std::atomic<int64_t> current{0}, peak{0};
+std::atomic<size_t> floatBytes{4};
 } // namespace
 
 void noteAlloc(size_t bytes) {
@@ -25,6 +26,10 @@ int64_t currentBytes() { return current.load(); }
 int64_t peakBytes() { return peak.load(); }
 
 void resetPeak() { peak.store(current.load()); }
+
+size_t floatStorageBytes() { return floatBytes.load(std::memory_order_relaxed); }
+
+void setFloatStorageBytes(size_t bytes) { floatBytes.store(bytes); }
 
 } // namespace exec
 } // namespace soap

@@ -8,6 +8,7 @@
 #define SOAP_EXEC_RUNNER_H
 
 #include "Assemble.h"
+#include "Bf16.h"
 #include "Kernels.h"
 #include "soap/Exec/Executor.h"
 #include "soap/Support/Error.h"
@@ -24,7 +25,8 @@ const std::vector<int64_t> &weightShape(const Graph &g, const Value &w);
 class Runner : public StatsExchange {
 public:
   Runner(const Graph &g, const Strategy &s, Comm &comm, const ExecOptions &opts)
-      : g_(g), s_(s), comm_(comm), opts_(opts), me_(comm.rank()) {}
+      : storage_(opts.precision == "bf16"), g_(g), s_(s), comm_(comm),
+        opts_(opts), me_(comm.rank()), bf16_(opts.precision == "bf16") {}
 
   llvm::Expected<std::vector<StepResult>> run();
 
@@ -57,7 +59,10 @@ private:
     FloatVec shard;  ///< zero == 3: this member's part of the weight
     FloatVec grad;   ///< the whole box (zero < 2), else this member's part
     FloatVec mbGrad; ///< zero >= 2: the current micro-batch's whole box
-    FloatVec m, v;   ///< optimizer state (of the part under ZeRO)
+    Fp32Vec m, v;    ///< optimizer state (of the part under ZeRO)
+    /// bf16: the fp32 master weight (of the part under ZeRO), which the
+    /// optimizer updates; `weight` (or `shard`) holds it rounded to bf16.
+    Fp32Vec master;
     /// A gradient was added to `grad` this step (without micro-batches it
     /// is lent to a kernel only before: adding a tile's rows onto an
     /// earlier sum rounds otherwise than one rank's sum of contributions).
@@ -155,14 +160,33 @@ private:
   /// step (ZeRO: on this member's part, then the parts all-gathered).
   void syncWeights();
   void updatePart(float *w, const float *g, float *m, float *v, size_t n);
+  /// The optimizer step of `wb`'s `n` elements held at `w` (the weight's
+  /// storage from this member's first element) from gradient `g`; bf16:
+  /// of the master weight, whose rounding `w` then holds.
+  void stepBox(WeightBox &wb, float *w, const float *g, size_t n);
   /// The whole box of `wb` on a member (ZeRO-3: gathered into `tmp`).
   const Buf &wholeWeight(WeightBox &wb, Buf &tmp);
+  /// The whole fp32 box of `wb` (bf16: its master, gathered under ZeRO).
+  const Buf &wholeMaster(WeightBox &wb, Buf &tmp);
 
+  // bf16: values stored as bf16 are rounded where they are stored.
+  /// `o`'s floating outputs on this rank (not a loss's value).
+  void roundOutputs(OpId o);
+  /// Rounds `n` floats at `p` (nothing under fp32).
+  void roundStored(float *p, size_t n) {
+    if (bf16_)
+      roundBf16(p, n);
+  }
+  void roundStored(Buf &b) { roundStored(b.data.data(), b.data.size()); }
+
+  /// First: every buffer below is freed while it still counts bf16.
+  Bf16Storage storage_;
   const Graph &g_;
   const Strategy &s_;
   Comm &comm_;
   const ExecOptions &opts_;
   int me_;
+  bool bf16_; ///< the plan's precision is bf16
   int64_t step_ = 0;
   OpId cur_ = -1;
   int32_t mb_ = 0; ///< the micro-batch being run

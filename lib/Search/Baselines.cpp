@@ -55,7 +55,15 @@ public:
             : builtinStrategy(name_, p.graph, p.topo);
     if (!s)
       return s.takeError();
-    auto e = evaluate(p, *s);
+    // Memory first: on 1,024 GPUs a strategy that does not fit is told
+    // without building its task graph.
+    auto fits = fitsInMemory(p, *s);
+    if (!fits)
+      return fits.takeError();
+    llvm::Expected<std::pair<Seconds, bool>> e =
+        std::make_pair(Seconds(0), false);
+    if (*fits)
+      e = evaluate(p, *s);
     if (!e)
       return e.takeError();
     if (!e->second)

@@ -22,7 +22,13 @@ llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
 }
 
 llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p) {
-  auto dp = evaluate(p, dataParallel(p.graph, p.topo));
+  Strategy data = dataParallel(p.graph, p.topo);
+  auto fits = fitsInMemory(p, data);
+  if (!fits)
+    return fits.takeError();
+  if (!*fits)
+    return 0;
+  auto dp = evaluate(p, data);
   if (!dp)
     return dp.takeError();
   return dp->second ? dp->first : 0;
@@ -38,6 +44,11 @@ fastestBaseline(const SearchProblem &p, llvm::StringRef searcher) {
     auto s = builtinStrategy(name, p.graph, p.topo);
     if (!s)
       return s.takeError();
+    auto fits = fitsInMemory(p, *s);
+    if (!fits)
+      return fits.takeError();
+    if (!*fits)
+      continue;
     auto e = evaluate(p, *s);
     if (!e)
       return e.takeError();

@@ -9,6 +9,7 @@
 // improvement for half of its share.
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Parallel/Megatron.h"
+#include "soap/Search/McmcMoves.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Rng.h"
@@ -91,7 +92,7 @@ public:
     Seconds cur = sim->simulateFull();
     bool curFits = tg->fits();
     Bytes curPeak = peakMemory(*tg);
-    groups_ = stageGroups(initial);
+    groups_ = stageDeviceRanges(initial, p_.topo.numDevices());
     ChainResult r;
     if (curFits) {
       r.best = initial;
@@ -186,7 +187,7 @@ public:
         if (decide(t, *ntg, n, elapsed, rng.uniformReal())) {
           tg = std::move(ntg);
           sim = std::move(nsim);
-          groups_ = stageGroups(tg->strategy());
+          groups_ = stageDeviceRanges(tg->strategy(), p_.topo.numDevices());
           if (bestPending)
             r.best = tg->strategy();
           bestPending = false;
@@ -209,7 +210,7 @@ public:
         next = space_.sample(op, rng);
       // Under a pipeline an op stays on its stage's device group.
       if (tg->strategy().pipeline.active() &&
-          !placeInStage(groups_[size_t(tg->strategy().pipeline.stage(op))],
+          !placeInRange(groups_[size_t(tg->strategy().pipeline.stage(op))],
                         next))
         continue;
       const OpConfig &old = tg->strategy().configs[op];
@@ -255,40 +256,6 @@ public:
   }
 
 private:
-  /// The device range [lo, hi] of each stage of `s`.
-  static std::vector<std::pair<DeviceId, DeviceId>>
-  stageGroups(const Strategy &s) {
-    std::vector<std::pair<DeviceId, DeviceId>> g(
-        size_t(s.pipeline.numStages()),
-        {std::numeric_limits<DeviceId>::max(), 0});
-    for (size_t o = 0; o < s.configs.size(); ++o) {
-      auto &r = g[size_t(s.pipeline.stage(OpId(o)))];
-      for (DeviceId d : s.configs[o].devices) {
-        r.first = std::min(r.first, d);
-        r.second = std::max(r.second, d);
-      }
-    }
-    return g;
-  }
-
-  /// Moves `c` (placed by the space on devices from 0) into its op's stage
-  /// `group`; false when it has more tasks than the group has devices.
-  static bool placeInStage(std::pair<DeviceId, DeviceId> group, OpConfig &c) {
-    auto [lo, hi] = group;
-    DeviceId size = hi - lo + 1;
-    DeviceId first = *std::min_element(c.devices.begin(), c.devices.end());
-    DeviceId last = *std::max_element(c.devices.begin(), c.devices.end());
-    if (last - first + 1 > size)
-      return false;
-    // Keep the placement's offset within a group-sized window.
-    DeviceId shift = lo + (first % size) - first;
-    if ((first % size) + (last - first) >= size)
-      shift = lo - first;
-    for (DeviceId &d : c.devices)
-      d += shift;
-    return true;
-  }
-
   /// One op (among those that save something) recomputed or kept.
   std::optional<Strategy> recomputeFlip(const Strategy &cur, Rng &rng) const {
     Strategy s = cur;
@@ -322,42 +289,9 @@ private:
     return std::nullopt;
   }
 
-  /// A stage boundary moved by one op (the op's configuration moved to the
-  /// other stage's devices), or m doubled or halved.
+  /// A pipeline move (McmcMoves.h) within the current stages' ranges.
   std::optional<Strategy> pipelineMove(const Strategy &cur, Rng &rng) const {
-    Strategy s = cur;
-    Pipeline &pl = s.pipeline;
-    int32_t stages = pl.numStages();
-    if (stages == 1 || rng.uniform(3) == 0) {
-      if (rng.uniform(2) == 0)
-        pl.microBatches *= 2;
-      else if (pl.microBatches % 2 == 0)
-        pl.microBatches /= 2;
-      else
-        return std::nullopt;
-      return s;
-    }
-    int32_t b = int32_t(rng.uniform(size_t(stages - 1))); // b | b + 1
-    size_t n = s.configs.size();
-    // The last op of stage b, or the first of stage b + 1.
-    size_t last = 0;
-    while (last + 1 < n && pl.stageOf[last + 1] <= b)
-      ++last;
-    bool down = rng.uniform(2) == 0; // last op of b joins b + 1
-    size_t o = down ? last : last + 1;
-    int32_t from = pl.stageOf[o], to = down ? b + 1 : b;
-    const auto &groups = groups_;
-    int64_t shift =
-        int64_t(groups[size_t(to)].first) - int64_t(groups[size_t(from)].first);
-    pl.stageOf[o] = to;
-    for (DeviceId &d : s.configs[o].devices) {
-      int64_t nd = int64_t(d) + shift;
-      if (nd < int64_t(groups[size_t(to)].first) ||
-          nd > int64_t(groups[size_t(to)].second))
-        return std::nullopt;
-      d = DeviceId(nd);
-    }
-    return s;
+    return soap::pipelineMove(cur, p_.graph, space_, groups_, rng);
   }
 
   const SearchProblem &p_;
@@ -366,7 +300,7 @@ private:
   std::vector<std::vector<OpId>> neighbours_;
   /// Each stage's device range, derived when the chain's structure (its
   /// stages) changes, not per proposal: an op's proposals stay inside it.
-  std::vector<std::pair<DeviceId, DeviceId>> groups_;
+  std::vector<DeviceRange> groups_;
 };
 
 class McmcSearcher : public Searcher {

@@ -158,32 +158,43 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
           {3, R::Selective}, {2, R::Full},      {3, R::Full}};
 }
 
-llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
-fitWithLadder(const SearchProblem &p, Strategy &s,
-              const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-              const SearchOptions *o) {
-  std::pair<Seconds, bool> e{std::numeric_limits<Seconds>::infinity(), false};
-  MemorySaving used;
+llvm::Expected<bool> fitsInMemory(const SearchProblem &p, const Strategy &s) {
+  SimContext ctx = p.context();
+  auto tg = TaskGraph::buildMemory(ctx, s);
+  if (!tg)
+    return tg.takeError();
+  return tg->fits();
+}
+
+llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
+                                        const std::vector<MemorySaving> &ladder,
+                                        uint64_t &evaluated,
+                                        const SearchOptions *o) {
+  LadderFit fit;
   for (const MemorySaving &rung : ladder) {
     if (o && evaluated > 0 && o->pastDeadline())
       break;
     rung.apply(p.graph, s);
+    fit = LadderFit();
+    fit.rung = rung;
+    auto fits = fitsInMemory(p, s);
+    if (!fits)
+      return fits.takeError();
+    if (!*fits)
+      continue;
     auto r = evaluate(p, s, taskLimit(p));
     if (!r) {
-      bool tooLarge;
-      if (llvm::Error rest = dropTooLarge(r.takeError(), tooLarge))
+      if (llvm::Error rest = dropTooLarge(r.takeError(), fit.tooLarge))
         return llvm::Error(std::move(rest));
-      e = {std::numeric_limits<Seconds>::infinity(), false};
-      used = rung;
       break;
     }
     ++evaluated;
-    e = *r;
-    used = rung;
-    if (e.second)
+    fit.time = r->first;
+    fit.fits = r->second;
+    if (fit.fits)
       break;
   }
-  return std::make_pair(e, used);
+  return fit;
 }
 
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
@@ -197,14 +208,13 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
     auto fit = fitWithLadder(p, cur, ladder, evaluated, &o);
     if (!fit)
       return fit.takeError();
-    auto [e, rung] = *fit;
     // A graph past taskLimit: more micro-batches only make it larger.
-    if (!e.second && std::isinf(e.first))
+    if (fit->tooLarge)
       break;
-    if (e.second) {
-      if (best && e.first >= best->first)
+    if (fit->fits) {
+      if (best && fit->time >= best->first)
         break; // more micro-batches no longer pay
-      best.emplace(e.first, rung);
+      best.emplace(fit->time, fit->rung);
       bestStrategy = cur;
     }
     // The next count, if every sample loop still divides.

@@ -404,8 +404,8 @@ void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
   }
 }
 
-llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
-                                           const Strategy &s) {
+llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
+                                             const Strategy &s) {
   if (auto err = verifyStrategy(s, ctx.graph, ctx.topo))
     return llvm::Error(std::move(err));
   TaskGraph tg(ctx);
@@ -459,6 +459,28 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
   }
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
+  return llvm::Expected<TaskGraph>(std::move(tg));
+}
+
+llvm::Expected<TaskGraph> TaskGraph::buildMemory(const SimContext &ctx,
+                                                 const Strategy &s) {
+  auto tg = prepare(ctx, s);
+  if (!tg)
+    return tg.takeError();
+  tg->memoryOnly_ = true;
+  std::vector<TaskId> none;
+  for (ValueId w : tg->weights_)
+    tg->buildWeight(w, none);
+  return tg;
+}
+
+llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
+                                           const Strategy &s) {
+  auto built = prepare(ctx, s);
+  if (!built)
+    return built.takeError();
+  TaskGraph &tg = *built;
+  const Graph &g = ctx.graph;
   for (const Op &o : g.ops()) {
     if (auto err = tg.buildOp(o.id))
       return llvm::Error(std::move(err));
@@ -487,7 +509,7 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
   for (int32_t st = 0; st < s.pipeline.numStages(); ++st)
     tg.buildStage(st, tg.stageTasks_[size_t(st)]);
   tg.predsChanged_.clear();
-  return llvm::Expected<TaskGraph>(std::move(tg));
+  return built;
 }
 
 llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,

@@ -333,7 +333,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
         Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
         for (int32_t r = 0; r < c.replicas; ++r) {
           Shard sh{b, c.device(k, r), o, {}, {}};
-          for (int32_t mb = 0; mb < m; ++mb) {
+          for (int32_t mb = 0; mb < m && !memoryOnly_; ++mb) {
             size_t t = size_t(mb * c.numTasks() + k * c.replicas + r);
             sh.fwd.push_back(opTasks_[o].fwd[t]);
             sh.bwd.push_back(opTasks_[o].bwd[t]);
@@ -403,6 +403,10 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       mm.gradients += dm.gradients;
       mm.optimizer += dm.optimizer;
       memory.emplace_back(d, dm);
+    }
+    if (memoryOnly_) {
+      ++gi;
+      continue;
     }
     auto newCollective = [&](CollectiveRole role, uint64_t c, Collective kind,
                              int32_t mb) {

@@ -1,14 +1,20 @@
 // soap-profile: fills a cost database (profiles/<device>.json) by measuring,
-// on a CUDA GPU, the op-tile signatures the searchers will ask for; lists
-// those signatures without a GPU; merges databases; replays plans' compute.
+// on a CUDA GPU or (--backend cpu, under mpirun) with soap-run's CPU kernels
+// and MPI, the op-tile signatures the searchers will ask for; lists those
+// signatures without a GPU; merges databases; replays plans' compute.
 //   soap-profile model.onnx... --topology T [--devices 8,16] -o profiles/h100-sxm.json
+//   mpirun -np N soap-profile --backend cpu model.onnx... --topology T -o profiles/cpu.json
 //   soap-profile --list model.onnx... --topology T [--devices 8,16] [--profile P]
 //   soap-profile --merge a.json b.json... -o out.json
 //   soap-profile --replay plan.json... [--profile P] -o replay.json
+#include "CpuRuns.h"
 #include "MeasurePlan.h"
 #include "Replay.h"
 #include "SignatureSet.h"
 #include "soap/Cost/CostDatabase.h"
+#include "soap/Exec/Executor.h"
+#include "soap/Exec/TileTiming.h"
+#include "soap/Support/Cores.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
@@ -123,6 +129,20 @@ static cl::opt<bool>
                  cl::cat(cat));
 static cl::opt<int> gpuOpt("gpu", cl::desc("CUDA device ordinal"),
                            cl::init(0), cl::cat(cat));
+static cl::opt<std::string>
+    backendOpt("backend",
+               cl::desc("What measures: cuda (cuBLAS, cuDNN on a GPU) or cpu "
+                        "(soap-run's CPU kernels and MPI, one rank per "
+                        "device, under mpirun)"),
+               cl::init("cuda"), cl::cat(cat));
+/// --threads: libLLVM registers an unrelated, undocumented "threads"
+/// option of its own; main() removes it and then creates ours (as soap-run).
+static cl::opt<int> *threadsOpt = nullptr;
+static cl::opt<int64_t> collectiveBytesOpt(
+    "collective-bytes",
+    cl::desc("--backend cpu: the largest message of the MPI collective "
+             "curves (sizes 4 B up to it, doubling; 0: none)"),
+    cl::init(int64_t(64) << 20), cl::cat(cat));
 static cl::opt<bool> tasksOpt("tasks",
                               cl::desc("--replay: write every task, not "
                                        "only the totals"),
@@ -369,6 +389,80 @@ signaturesToMeasure(std::vector<ReplayPlan> &plans, std::string &device) {
   return llvm::Expected<SignatureSet>(std::move(set));
 }
 
+/// soap-profile --backend cpu: every rank of mpirun measures (see
+/// CpuRuns.h); rank 0 writes the database and prints the summary.
+static llvm::Error runMeasureCpu(Comm &comm) {
+  if (outputOpt.empty())
+    return inputError("measuring needs -o profiles/<device>.json");
+  if (warmupOpt < 0 || repeatsOpt < 1)
+    return inputError("--warmup must be at least 0 and --repeats at least 1");
+  if (*threadsOpt < 0)
+    return inputError("--threads must be at least 1, got {}", int(*threadsOpt));
+  if (collectiveBytesOpt < 0)
+    return inputError("--collective-bytes must be at least 0, got {}",
+                      int64_t(collectiveBytesOpt));
+  std::vector<ReplayPlan> plans;
+  std::string device;
+  auto set = signaturesToMeasure(plans, device);
+  if (!set)
+    return set.takeError();
+  if (!deviceOpt.empty()) {
+    if (!findDevice(deviceOpt))
+      return inputError("--device '{}' is not in the device catalog",
+                        deviceOpt.getValue());
+    device = deviceOpt;
+  }
+  CostDatabase db;
+  if (llvm::sys::fs::exists(outputOpt)) {
+    auto old = loadProfileFor(outputOpt, device);
+    if (!old)
+      return old.takeError();
+    db = std::move(**old);
+  }
+  ExecOptions eo;
+  eo.threads = *threadsOpt;
+  if (auto err = prepareBackend(eo, comm))
+    return err;
+  CostDatabase fresh;
+  fresh.env.device = device;
+  fresh.env.cpuName = cpuModelName();
+  fresh.env.cores = availableCores();
+  fresh.env.ranks = comm.size();
+  fresh.env.threadsPerRank = kernelThreads(eo, comm);
+  fresh.env.libraries = cpuLibraryVersions();
+  if (auto err = db.merge(fresh))
+    return err;
+  CpuMeasureOptions mo;
+  mo.warmup = warmupOpt;
+  mo.repeats = repeatsOpt;
+  mo.timeLimitSeconds = timeLimitOpt;
+  mo.remeasure = remeasureOpt;
+  mo.maxCollectiveBytes = collectiveBytesOpt;
+  mo.output = outputOpt;
+  auto sum = measureOnCpu(comm, *set, db, mo);
+  if (!sum)
+    return sum.takeError();
+  if (comm.rank() != 0)
+    return llvm::Error::success();
+  llvm::outs() << fmt::format(
+      "{}: {} signatures: {} measured, {} already there, {} left for a later "
+      "run (--time-limit), {} failed; {} kernels in all; {} rank(s) of {} "
+      "thread(s) on {} ({} cores; {})\n",
+      outputOpt.getValue(), set->signatures().size(), sum->measured,
+      sum->have, sum->skipped, sum->failed, db.size(), comm.size(),
+      db.env.threadsPerRank, db.env.cpuName, db.env.cores, db.env.libraries);
+  for (const auto &[kind, n] : sum->kinds)
+    llvm::outs() << fmt::format("  {} {}\n", kind, n);
+  if (sum->p2pBytesPerSec > 0)
+    llvm::outs() << fmt::format(
+        "point-to-point between two ranks: {:.2f} us + bytes / {:.2f} GB/s "
+        "(a topology's route of two links: latency_us {:.2f} each, "
+        "bandwidth_gbps {:.1f})\n",
+        sum->p2pLatencySeconds * 1e6, sum->p2pBytesPerSec / 1e9,
+        sum->p2pLatencySeconds * 1e6 / 2, sum->p2pBytesPerSec * 8 / 1e9);
+  return llvm::Error::success();
+}
+
 #if SOAP_HAVE_CUDA
 
 /// The catalog entry a GPU's name belongs to: "NVIDIA H100 80GB HBM3" is an
@@ -508,7 +602,35 @@ static llvm::Error runReplayList() {
   return llvm::Error::success();
 }
 
+static bool cpuBackend() { return backendOpt == "cpu"; }
+
 int main(int argc, char **argv) {
+  if (cl::Option *llvmThreads =
+          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
+    llvmThreads->removeArgument();
+  static cl::opt<int> threads(
+      "threads",
+      cl::desc("--backend cpu: kernel threads per rank (default: as "
+               "soap-run, the cores divided by the ranks on the host)"),
+      cl::init(0), cl::cat(cat));
+  threadsOpt = &threads;
+  // MPI is initialised only to measure on the CPU (under mpirun); it must be
+  // before the options are parsed, which needs a look at --backend first.
+  std::unique_ptr<Comm> comm;
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef a = argv[i];
+    bool merge = a == "--merge" || a == "-merge", list = a == "--list" ||
+                                                          a == "-list";
+    if (merge || list || a == "--replay" || a == "-replay") {
+      comm.reset();
+      break;
+    }
+    if (a == "--backend=cpu" || a == "-backend=cpu" ||
+        ((a == "--backend" || a == "-backend") && i + 1 < argc &&
+         llvm::StringRef(argv[i + 1]) == "cpu"))
+      if (!comm)
+        comm = createComm(argc, argv);
+  }
   cl::HideUnrelatedOptions(cat);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "soap-profile 0.1.0 (CUDA " << (SOAP_HAVE_CUDA ? "on" : "off")
@@ -529,7 +651,10 @@ int main(int argc, char **argv) {
           &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);
   llvm::Error err = llvm::Error::success();
-  if (int(listMode && !replayMode) + int(mergeMode) + int(replayMode) > 1)
+  if (backendOpt != "cuda" && backendOpt != "cpu")
+    err = inputError("--backend '{}': expected cuda or cpu",
+                     backendOpt.getValue());
+  else if (int(listMode && !replayMode) + int(mergeMode) + int(replayMode) > 1)
     err = inputError("--list, --merge and --replay exclude one another "
                      "(except --replay --list)");
   else if (mergeMode)
@@ -538,9 +663,21 @@ int main(int argc, char **argv) {
     err = listMode ? runReplayList() : runReplay();
   else if (listMode)
     err = runList();
-  else
+  else if (cpuBackend()) {
+    if (!comm)
+      err = inputError("--backend cpu measures with MPI: give --backend cpu "
+                       "as one or two arguments");
+    else
+      err = runMeasureCpu(*comm);
+  } else
     err = runMeasure();
-  if (err)
-    return reportError(std::move(err), "soap-profile");
+  if (err) {
+    int code = reportError(std::move(err), "soap-profile");
+    if (comm && comm->size() > 1)
+      comm->abort(code);
+    return code;
+  }
+  if (comm)
+    finalizeComm(std::move(comm));
   return 0;
 }

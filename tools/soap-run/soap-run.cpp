@@ -182,15 +182,15 @@ static llvm::Error run(Comm &comm) {
       return u.takeError();
     graph = std::move(*u);
   }
-  // The CPU and CUDA kernels compute in fp32 (issue 17's bf16 executor is
-  // not built): refuse before any compute.
-  if (plan->inputs.precision != "fp32")
-    return inputError("{}: /search/precision: soap-run computes in fp32 "
-                      "only; this plan is {} (soapc simulate predicts it)",
-                      planPath.getValue(), plan->inputs.precision);
+  // bf16 plans run on the CPU kernels (bf16 storage, fp32 accumulation,
+  // fp32 master weights); refused before any compute where they cannot.
   opts.optimizer = plan->inputs.optimizer;
   if (auto err = opts.validate())
     return err;
+  opts.precision = plan->inputs.precision;
+  if (auto err = opts.validate())
+    return inputError("{}: /search/precision: {}", planPath.getValue(),
+                      toString(std::move(err)));
   auto strategy = planStrategy(*plan, *graph, topo, planPath);
   if (!strategy)
     return strategy.takeError();
@@ -207,12 +207,14 @@ static llvm::Error run(Comm &comm) {
   }
   if (comm.rank() == 0)
     llvm::outs() << fmt::format(
-        "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}, {}), "
+        "soap-run: {} ({} ops, batch {}) under {} ({}): {} rank{} ({}, {}{}), "
         "{} steps, seed {}, {} thread{} per rank\n",
         modelPath.getValue(), graph->numOps(), plan->inputs.batch,
         planPath.getValue(), plan->inputs.searcher, comm.size(),
         comm.size() == 1 ? "" : "s", opts.backend,
-        nccl ? nccl->name() : comm.name(), opts.steps, opts.seed,
+        nccl ? nccl->name() : comm.name(),
+        opts.precision == "fp32" ? "" : ", " + opts.precision, opts.steps,
+        opts.seed,
         kernelThreads(opts, comm), kernelThreads(opts, comm) == 1 ? "" : "s");
   // The prediction first (every rank, so an unreadable topology stops all
   // of them before any step).

@@ -34,6 +34,12 @@ struct ProfileEnvironment {
   std::string driver, cuda, cudnn, cublas;
   /// f32 arithmetic the libraries were allowed: "fp32" or "tf32".
   std::string math;
+  /// A CPU profile (soap-profile --backend cpu): the processor as the OS
+  /// names it, its cores, the ranks measured at once and each rank's kernel
+  /// threads (as soap-run would run them), and the kernel and MPI
+  /// libraries' versions. 0 / empty for a GPU profile.
+  std::string cpuName, libraries;
+  int64_t cores = 0, ranks = 0, threadsPerRank = 0;
 };
 
 class CostDatabase {

@@ -33,7 +33,13 @@ struct ExecOptions {
   /// "adam" (0.9, 0.999, 1e-8, bias-corrected); its state is held per
   /// weight element, sharded under ZeRO.
   std::string optimizer = "sgd";
-  /// When set, rank 0 writes every final weight here (DIR/<name>.f32, raw
+  /// The plan's precision: "fp32", or "bf16" (CPU backend): mixed
+  /// precision as Megatron-LM and DeepSpeed train, and as the simulator
+  /// counts it — activations, their gradients, the weights the kernels
+  /// read and the weight gradients rounded to bf16 where they are stored
+  /// (kernels accumulate in fp32), fp32 master weights and optimizer state.
+  std::string precision = "fp32";
+  /// When set, rank 0 writes every final (master) weight here (DIR/<name>.f32, raw
   /// little-endian float32, and DIR/weights.json listing name, file, shape).
   std::string dumpWeightsDir;
   /// Kernel backend: "cpu", or "cuda" (contractions and element-wise ops on

@@ -181,15 +181,30 @@ struct MemorySaving {
 /// (ZeRO-1) and selective, then full, recomputation.
 std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
 
+/// Whether `s` fits in every device's memory, from the memory TaskGraph
+/// accounts (TaskGraph::buildMemory), without building or simulating it.
+llvm::Expected<bool> fitsInMemory(const SearchProblem &p, const Strategy &s);
+
+/// What fitWithLadder found: the time of the rung that fits (or of the
+/// last one simulated), and the rung.
+struct LadderFit {
+  Seconds time = 0;
+  bool fits = false;
+  /// The last rung's task graph passed taskLimit: more micro-batches only
+  /// make it larger.
+  bool tooLarge = false;
+  MemorySaving rung;
+};
+
 /// Evaluates `s` and, while it does not fit, again with each rung of
 /// `ladder` applied; `s` keeps the first that fits (or the last tried).
-/// Returns the evaluation and the rung used; `evaluated` counts the
-/// simulations. A task graph past taskLimit counts as not fitting (time
-/// infinite) and ends the ladder, as does `o`'s deadline.
-llvm::Expected<std::pair<std::pair<Seconds, bool>, MemorySaving>>
-fitWithLadder(const SearchProblem &p, Strategy &s,
-              const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-              const SearchOptions *o = nullptr);
+/// A rung whose memory does not fit (fitsInMemory) is not simulated.
+/// `evaluated` counts the simulations. A task graph past taskLimit counts
+/// as not fitting and ends the ladder, as does `o`'s deadline.
+llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
+                                        const std::vector<MemorySaving> &ladder,
+                                        uint64_t &evaluated,
+                                        const SearchOptions *o = nullptr);
 
 /// Gradient accumulation and micro-batching as a user tunes them: `s` with
 /// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),

@@ -126,6 +126,13 @@ public:
   /// Builds the whole graph. Errors come from the cost model (strict mode).
   static llvm::Expected<TaskGraph> build(const SimContext &ctx,
                                          const Strategy &s);
+  /// Only the memory of what build() would make: every device's
+  /// memory() and fits() exactly as build() gives them, without a task.
+  /// Costs about one pass over the tiles, so a searcher can drop a
+  /// strategy that does not fit before building and simulating it (on
+  /// 1,024 GPUs a graph has tens of millions of tasks).
+  static llvm::Expected<TaskGraph> buildMemory(const SimContext &ctx,
+                                               const Strategy &s);
 
   /// Changes op `o`'s configuration, rebuilding its segments in place.
   /// `changed` receives every task whose existence, edges or time changed
@@ -178,6 +185,9 @@ public:
 
 private:
   explicit TaskGraph(const SimContext &ctx) : ctx_(&ctx) {}
+  /// build() and buildMemory(): the edges, weights and memory.
+  static llvm::Expected<TaskGraph> prepare(const SimContext &ctx,
+                                           const Strategy &s);
 
   struct Edge {
     OpId producer;
@@ -241,6 +251,7 @@ private:
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
   std::vector<int64_t> work_;        ///< per resource, picoseconds
+  bool memoryOnly_ = false;          ///< buildMemory(): no tasks
 
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);

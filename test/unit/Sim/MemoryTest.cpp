@@ -3,6 +3,8 @@
 // MatMul, loss, 64 x 32 floats between ops.
 #include "SimFixture.h"
 
+#include "soap/Parallel/BuiltinStrategies.h"
+
 #include <catch2/catch.hpp>
 
 using namespace soap;
@@ -27,4 +29,68 @@ TEST_CASE("memory peaks while the loss's backward runs", "[Sim][memory]") {
   SimMetrics rc = f.run(s);
   CHECK(rc.memory[0].saved == kept.memory[0].saved - act / 4 + act);
   CHECK(rc.memory[0].workspace == act + 4);
+}
+
+namespace {
+
+void checkSameMemory(const Fixture &f, const Strategy &s) {
+  auto full = TaskGraph::build(f.ctx, s);
+  if (!full)
+    FAIL(errorMessage(full.takeError()));
+  auto mem = TaskGraph::buildMemory(f.ctx, s);
+  if (!mem)
+    FAIL(errorMessage(mem.takeError()));
+  const auto &a = full->memory(), &b = mem->memory();
+  REQUIRE(a.size() == b.size());
+  for (size_t d = 0; d < a.size(); ++d) {
+    INFO("device " << d);
+    CHECK(a[d].weights == b[d].weights);
+    CHECK(a[d].gradients == b[d].gradients);
+    CHECK(a[d].optimizer == b[d].optimizer);
+    CHECK(a[d].saved == b[d].saved);
+    CHECK(a[d].buffers == b[d].buffers);
+    CHECK(a[d].workspace == b[d].workspace);
+  }
+  CHECK(full->fits() == mem->fits());
+  // The memory-only graph has no task to simulate.
+  CHECK(mem->tasks().empty());
+  CHECK_FALSE(full->tasks().empty());
+}
+
+} // namespace
+
+TEST_CASE("buildMemory gives build's memory without a task",
+          "[Sim][memory]") {
+  // Searchers drop a strategy that does not fit before building its task
+  // graph (fitsInMemory): the memory must be build()'s exactly, whatever
+  // the strategy holds (stages, micro-batches, ZeRO, recomputation, splits
+  // of weights across devices).
+  Fixture f("transformer_small", 32, "p100-4x4");
+  for (const char *name : {"data", "model", "expert"}) {
+    INFO(name);
+    auto s = builtinStrategy(name, *f.g, f.topo);
+    if (!s)
+      FAIL(errorMessage(s.takeError()));
+    checkSameMemory(f, *s);
+  }
+  Strategy p = f.pipelined(4, 4, PipelineSchedule::OneFOneB, 4);
+  checkSameMemory(f, p);
+  Strategy g = f.pipelined(2, 4, PipelineSchedule::GPipe, 8);
+  checkSameMemory(f, g);
+  for (int stage : {1, 2, 3}) {
+    INFO("ZeRO-" << stage);
+    Strategy z = f.pipelined(1, 2, PipelineSchedule::OneFOneB, 16);
+    z.zero = zeroPolicy(*f.g, z, stage);
+    z.recompute = recomputePolicy(*f.g, stage == 3);
+    checkSameMemory(f, z);
+  }
+  // One that does not fit: GPT-2 data parallel at 64 sequences per H100
+  // (the activations of 1,024 tokens each).
+  Fixture big("gpt2", 512, "dgx-h100-1");
+  Strategy dp = big.pipelined(1, 1, PipelineSchedule::OneFOneB, 8);
+  auto mem = TaskGraph::buildMemory(big.ctx, dp);
+  if (!mem)
+    FAIL(errorMessage(mem.takeError()));
+  CHECK_FALSE(mem->fits());
+  checkSameMemory(big, dp);
 }

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""bench/fidelity-cpu.py [--models M:B,..] [--searchers S,..] [--topology T]
+[--profile P] [--steps K] [--build DIR] [--out F]
+
+Issue 20's closed loop on the CPU: for each zoo model and each searcher's
+plan on this host as soap-run uses it (examples/topologies/cpu-2.json: two
+MPI ranks of one core each), soapc's predicted iteration time and peak
+memory per device under the host's own cost database (profiles/
+xeon-avx512-core.json, written by `soap-profile --backend cpu`) beside
+soap-run's measured step time (the median of steps 2..K; the first step
+allocates and warms up) and measured peak bytes per rank (`--memory`).
+Prints one row per model and plan, then per model whether the predicted
+order of the distinct plans holds for each pair, and the summary: median
+and worst relative error of the iteration time, memory ratios, the share of
+pairs whose order is preserved. Writes JSON (default
+bench/results/fidelity-cpu.json). Asserts nothing.
+
+Run it on an otherwise idle machine: the two ranks take both cores."""
+
+import argparse
+import itertools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_MODELS = ("lenet:64,resnet_small:32,mobilenet_small:32,"
+                  "transformer_small:32,rnntc:8")
+DEFAULT_SEARCHERS = "data,model,expert,mcmc,kcuts,balanced"
+STEP = re.compile(r"^step (\d+) loss \S+ time (\S+) s", re.M)
+MEM = re.compile(r"memory: rank (\d+) peak (\d+) bytes measured, (\d+) "
+                 r"predicted")
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr.strip().splitlines() or
+                            [f"exit status {p.returncode}"])[-1])
+    return p.stdout
+
+
+def measure(model, batch, searcher, a, tmp):
+    onnx = os.path.join(ROOT, "examples/models", model + ".onnx")
+    plan = os.path.join(tmp, f"{model}-{searcher}.json")
+    cmd = [a.soapc, onnx, "--topology", a.topology, "--batch", str(batch),
+           "--search", searcher, "--budget", str(a.budget), "--seed", "0",
+           "-o", plan]
+    if a.profile:
+        cmd += ["--profile", a.profile]
+    run(cmd)
+    with open(plan) as f:
+        p = json.load(f)
+    pred = p["predicted"]
+    ops = p["ops"]
+    devices = sorted({d for o in ops for d in o["devices"]})
+    shape = "%d ops on %s" % (len(ops), ",".join(str(d) for d in devices))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    out = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
+               str(a.ranks), a.soap_run, onnx, plan, "--steps",
+               str(a.steps), "--threads", "1", "--memory"], env=env)
+    steps = [float(t) for _, t in STEP.findall(out)]
+    if len(steps) < 2:
+        raise RuntimeError("soap-run printed %d steps" % len(steps))
+    measured = statistics.median(steps[1:])
+    mem = [{"rank": int(r), "measured": int(m), "predicted": int(q),
+            "ratio": int(m) / int(q) if int(q) else None}
+           for r, m, q in MEM.findall(out)]
+    return {"model": model, "batch": batch, "searcher": searcher,
+            "plan": shape, "predicted_s": pred["iteration_time_s"],
+            "measured_s": measured, "steps_s": steps,
+            "error": (pred["iteration_time_s"] - measured) / measured,
+            "memory": mem}
+
+
+def order_pairs(rows):
+    """Pairs of distinct plans (different predicted times) of one model:
+    whether the measured order is the predicted one."""
+    out = []
+    for x, y in itertools.combinations(rows, 2):
+        if abs(x["predicted_s"] - y["predicted_s"]) <= \
+                1e-9 * max(x["predicted_s"], y["predicted_s"]):
+            continue  # the same plan (or tied): no order to keep
+        keep = (x["predicted_s"] < y["predicted_s"]) == \
+            (x["measured_s"] < y["measured_s"])
+        out.append({"a": x["searcher"], "b": y["searcher"], "kept": keep})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
+    ap.add_argument("--topology",
+                    default=os.path.join(ROOT, "examples/topologies/cpu-2.json"))
+    ap.add_argument("--profile", default="",
+                    help="cost database (default: soapc's, profiles/"
+                         "<device>.json of the source tree)")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--budget", default="2000")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out",
+                    default=os.path.join(HERE, "results/fidelity-cpu.json"))
+    a = ap.parse_args()
+    a.soapc = os.path.join(a.build, "bin/soapc")
+    a.soap_run = os.path.join(a.build, "bin/soap-run")
+    rows, errors, pairs = [], [], []
+    print(f"{'model':<18} {'batch':>5} {'searcher':<9} {'predicted ms':>12} "
+          f"{'measured ms':>11} {'error':>7} {'memory ratio':>13}  plan")
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in a.models.split(","):
+            model, batch = spec.split(":")
+            mine = []
+            for s in a.searchers.split(","):
+                try:
+                    r = measure(model, int(batch), s, a, tmp)
+                except RuntimeError as e:
+                    errors.append({"model": model, "searcher": s,
+                                   "error": str(e)})
+                    print(f"{model:<18} {batch:>5} {s:<9}   error: {e}",
+                          flush=True)
+                    continue
+                mine.append(r)
+                ratios = [m["ratio"] for m in r["memory"] if m["ratio"]]
+                mr = "-" if not ratios else (
+                    f"{min(ratios):.3f}" if max(ratios) - min(ratios) < 5e-4
+                    else f"{min(ratios):.3f}-{max(ratios):.3f}")
+                print(f"{model:<18} {batch:>5} {s:<9} "
+                      f"{r['predicted_s'] * 1e3:>12.2f} "
+                      f"{r['measured_s'] * 1e3:>11.2f} "
+                      f"{r['error'] * 100:>6.1f}% {mr:>13}  {r['plan']}",
+                      flush=True)
+            rows += mine
+            mp = order_pairs(mine)
+            pairs += [dict(p, model=model) for p in mp]
+            if mp:
+                print(f"{model}: order kept in {sum(p['kept'] for p in mp)} "
+                      f"of {len(mp)} pairs of distinct plans", flush=True)
+    summary = {}
+    if rows:
+        errs = [abs(r["error"]) for r in rows]
+        ratios = [m["ratio"] for r in rows for m in r["memory"] if m["ratio"]]
+        summary = {
+            "plans": len(rows),
+            "median_abs_error": statistics.median(errs),
+            "worst_abs_error": max(errs),
+            "memory_within_10pct": sum(abs(x - 1) <= 0.10 for x in ratios),
+            "memory_ranks": len(ratios),
+            "pairs": len(pairs),
+            "pairs_kept": sum(p["kept"] for p in pairs),
+        }
+        print(f"iteration time: median error {summary['median_abs_error']:.1%}"
+              f", worst {summary['worst_abs_error']:.1%} over {len(rows)} "
+              f"plans; memory within 10% on {summary['memory_within_10pct']}"
+              f" of {summary['memory_ranks']} ranks; order kept in "
+              f"{summary['pairs_kept']} of {summary['pairs']} pairs")
+    with open(a.out, "w") as f:
+        json.dump({"bench": "fidelity-cpu", "topology":
+                   os.path.relpath(a.topology, ROOT), "profile": a.profile,
+                   "steps": a.steps, "summary": summary, "results": rows,
+                   "pairs": pairs, "errors": errors}, f, indent=2)
+    print(f"results: {os.path.relpath(a.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

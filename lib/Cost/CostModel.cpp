@@ -144,12 +144,13 @@ double CostModel::memoryBandwidth() const {
 }
 
 /// Fits the roofline to measured entries: for each op kind, the median over
-/// its compute-bound measurements of FLOPs / (peak * (time - launch)); the
-/// memory fraction from the bandwidth-bound ones of every kind.
+/// its compute-bound measurements of FLOPs / (peak * (time - launch)), and
+/// over its bandwidth-bound ones of bytes / (bandwidth * (time - launch));
+/// the memory fraction of a kind without any from those of every kind.
 void CostModel::fit() {
   if (!db_)
     return;
-  std::map<std::string, std::vector<double>> compute;
+  std::map<std::string, std::vector<double>> compute, memoryOf;
   std::vector<double> memory;
   double bw = memoryBandwidth();
   for (const auto &[sig, e] : db_->kernels()) {
@@ -165,14 +166,24 @@ void CostModel::fit() {
         continue;
       if (e.flops[p] / peak >= e.bytes[p] / bw)
         compute[kind].push_back(std::min(1.0, e.flops[p] / (peak * busy)));
-      else
-        memory.push_back(std::min(1.0, e.bytes[p] / (bw * busy)));
+      else {
+        double f = std::min(1.0, e.bytes[p] / (bw * busy));
+        memory.push_back(f);
+        memoryOf[kind].push_back(f);
+      }
     }
   }
   for (auto &[kind, samples] : compute)
     fitted_[kind] = {median(samples), static_cast<int>(samples.size())};
+  for (auto &[kind, samples] : memoryOf)
+    memFitted_[kind] = median(samples);
   if (!memory.empty())
     memEff_ = median(memory);
+}
+
+double CostModel::memoryEfficiency(llvm::StringRef kind) const {
+  auto it = memFitted_.find(kind.str());
+  return it != memFitted_.end() ? it->second : memEff_;
 }
 
 double CostModel::computeEfficiency(llvm::StringRef kind, DType t) const {
@@ -212,7 +223,7 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   operandTypes(g, op, inT, outT);
   DType dt = opDType(g, op);
   double peak = peakFlops(dt) * computeEfficiency(op.kind, dt);
-  double bw = memoryBandwidth() * memEff_;
+  double bw = memoryBandwidth() * memoryEfficiency(op.kind);
   Seconds t[3];
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);

@@ -81,22 +81,24 @@ static const DeviceSpec kCatalog[] = {
      true, 4800 * GBps, 141 * GiB, 3e-6,
      "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)", kLaunchNew},
     // One core of the 2-core development host (an Intel Xeon guest under
-    // KVM whose CPUID hides the model: family 6 model 167, 2.6 GHz, AVX-512
-    // with FMA) as soap-run uses it: one MPI rank per device, with its
-    // share of the cores (one each on two ranks) and of the host's 23.5 GiB
-    // of RAM. Peaks from the ISA at the reported clock: two 512-bit FMA
-    // ports, 2 x 16 x 2 = 64 f32 FLOP per cycle (32 f64; AVX512-FP16 packs
-    // twice as many halves; no TF32). Memory bandwidth: one rank's copy
-    // (bytes read + written) while the other copies too, as soap-profile
-    // --backend cpu measures it. The launch overhead is soap-run's cost per
-    // op task outside its kernels, measured (bench/fidelity-cpu.py).
+    // KVM whose CPUID hides the model name; family 6 model 167 at 2.6 GHz and
+    // model 207 at 2.3 GHz have been seen, both with AVX-512 and FMA) as
+    // soap-run uses it: one MPI rank per device, with its share of the cores
+    // (one each on two ranks) and of the host's 23.5 GiB of RAM. Peaks from
+    // the ISA at 2.6 GHz: two 512-bit FMA ports, 2 x 16 x 2 = 64 f32 FLOP
+    // per cycle (32 f64; AVX512-FP16 packs twice as many halves; no TF32).
+    // Memory bandwidth: one rank's copy (bytes read + written) while the
+    // other copies too, as soap-profile --backend cpu measures it (22-24
+    // GB/s on model 207). The launch overhead is an assumed cost per task
+    // outside its kernels; a profile's entries include what soap-run does
+    // around a kernel (allocating and zeroing its outputs). MPI messages
+    // are copied by the cores: communication occupies them.
     {"XEON-AVX512-CORE",
-     "Intel Xeon (KVM, 2.6 GHz, AVX-512), one core as one soap-run rank",
-     83.2e9, 166.4e9, 166.4e9, 332.8e9, false, 6 * GBps, 11 * GiB, 2e-6,
-     "ISA peaks at the host's 2.6 GHz; bandwidth measured by soap-profile "
-     "--backend cpu on 2 ranks",
-     "soap-run's per-task cost outside its kernels (buffer set-up, "
-     "assembly), measured"},
+     "Intel Xeon (KVM, AVX-512), one core as one soap-run rank", 83.2e9,
+     166.4e9, 166.4e9, 332.8e9, false, 22 * GBps, 11 * GiB, 2e-6,
+     "ISA peaks at 2.6 GHz; bandwidth measured by soap-profile --backend "
+     "cpu on 2 ranks",
+     "assumed: soap-run's per-task cost outside its kernels", true},
 };
 
 llvm::ArrayRef<DeviceSpec> deviceCatalog() { return kCatalog; }

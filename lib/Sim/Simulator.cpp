@@ -381,7 +381,8 @@ SimMetrics Simulator::metrics() const {
       m.transferBytes += t.bytes;
       std::set<LinkClass> classes;
       for (uint32_t r : t.resources)
-        classes.insert(topo.link(r - n).cls);
+        if (r >= n) // (a CPU's transfer also occupies its devices)
+          classes.insert(topo.link(r - n).cls);
       for (LinkClass c : classes)
         m.transferBytesByClass[c] += t.bytes;
       break;

@@ -18,6 +18,9 @@ Seconds TaskGraph::transferTime(DeviceId a, DeviceId b, Bytes bytes) const {
 std::vector<uint32_t> TaskGraph::routeResources(DeviceId a, DeviceId b) const {
   std::vector<uint32_t> r;
   uint32_t n = static_cast<uint32_t>(ctx_->topo.numDevices());
+  // CPU ranks copy their messages themselves: both ends are busy too.
+  if (ctx_->topo.deviceSpec().commOccupiesCompute && a != b)
+    r = {std::min(a, b), std::max(a, b)};
   for (LinkId l : ctx_->topo.route(a, b))
     r.push_back(n + l);
   return r;
@@ -35,6 +38,8 @@ TaskGraph::ringResources(const std::vector<DeviceId> &g) {
         routeResources(ring[i], ring[(i + 1) % ring.size()]);
     r.insert(r.end(), hop.begin(), hop.end());
   }
+  if (ctx_->topo.deviceSpec().commOccupiesCompute)
+    r.insert(r.end(), g.begin(), g.end());
   std::sort(r.begin(), r.end());
   r.erase(std::unique(r.begin(), r.end()), r.end());
   return ringCache_.emplace(g, std::move(r)).first->second;

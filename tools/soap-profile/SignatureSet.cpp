@@ -16,6 +16,8 @@ llvm::Error EnumerateOptions::validate() const {
     return inputError("no model given");
   if (batch < 0)
     return inputError("--batch must be at least 1, got {}", batch);
+  if (microBatches.empty())
+    return inputError("--micro-batches: no micro-batch count given");
   for (int64_t n : deviceCounts)
     if (n < 1 || n > kMaxDevices)
       return inputError("--devices: a device count must be in 1..{}, got {}",
@@ -23,23 +25,37 @@ llvm::Error EnumerateOptions::validate() const {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<int64_t>> parseDeviceCounts(llvm::StringRef text) {
+/// "8,16": distinct counts in 1..max, for --devices and --micro-batches.
+static llvm::Expected<std::vector<int64_t>>
+parseCounts(llvm::StringRef flag, llvm::StringRef what, llvm::StringRef text,
+            int64_t max) {
   llvm::SmallVector<llvm::StringRef, 8> parts;
   text.split(parts, ',', -1, false);
   std::vector<int64_t> out;
   for (llvm::StringRef p : parts) {
     int64_t n;
-    if (p.trim().getAsInteger(10, n) || n < 1 || n > kMaxDevices)
-      return inputError("--devices '{}': expected device counts in 1..{} "
-                        "separated by commas, got '{}'",
-                        text.str(), kMaxDevices, p.trim().str());
+    if (p.trim().getAsInteger(10, n) || n < 1 || n > max)
+      return inputError("{} '{}': expected {} in 1..{} separated by commas, "
+                        "got '{}'",
+                        flag.str(), text.str(), what.str(), max,
+                        p.trim().str());
     if (std::find(out.begin(), out.end(), n) != out.end())
-      return inputError("--devices '{}': {} given twice", text.str(), n);
+      return inputError("{} '{}': {} given twice", flag.str(), text.str(), n);
     out.push_back(n);
   }
   if (out.empty())
-    return inputError("--devices '{}': no device count given", text.str());
+    return inputError("{} '{}': no {} given", flag.str(), text.str(),
+                      what.drop_back().str());
   return out;
+}
+
+llvm::Expected<std::vector<int64_t>> parseDeviceCounts(llvm::StringRef text) {
+  return parseCounts("--devices", "device counts", text, kMaxDevices);
+}
+
+llvm::Expected<std::vector<int64_t>> parseMicroBatches(llvm::StringRef text) {
+  return parseCounts("--micro-batches", "micro-batch counts", text,
+                     int64_t(1) << 20);
 }
 
 llvm::Expected<Topology> deviceCountTopology(const DeviceSpec &spec,
@@ -132,7 +148,12 @@ SignatureSet::enumerate(const EnumerateOptions &opts, const DeviceSpec &spec,
     auto topo = deviceCountTopology(spec, n);
     if (!topo)
       return topo.takeError();
-    int64_t batch = opts.batch > 0 ? opts.batch : 64 * n;
+    int64_t whole = opts.batch > 0 ? opts.batch : 64 * n;
+    for (int64_t m : opts.microBatches) {
+    // A micro-batched plan's tiles see batch / m samples.
+    if (whole % m != 0)
+      continue;
+    int64_t batch = whole / m;
     for (const std::string &model : opts.models) {
       ImportOptions io;
       io.batch = batch;
@@ -149,6 +170,7 @@ SignatureSet::enumerate(const EnumerateOptions &opts, const DeviceSpec &spec,
         g = std::move(u);
       }
       set.add(std::move(*g), model, n, batch, opts.space, *topo);
+    }
     }
   }
   return llvm::Expected<SignatureSet>(std::move(set));

@@ -23,6 +23,10 @@ struct EnumerateOptions {
   std::vector<int64_t> deviceCounts;
   /// Samples per iteration; 0: 64 per device, as soapc does.
   int64_t batch = 0;
+  /// Micro-batch counts m whose tiles (of batch / m samples, where m
+  /// divides the batch) to cover too: a pipelined or gradient-accumulating
+  /// plan's. {1}: the whole batch only.
+  std::vector<int64_t> microBatches{1};
   SpaceKind space = SpaceKind::FlexFlow;
   bool unrollRnn = false;
   bool appendLoss = true;
@@ -95,6 +99,8 @@ private:
 
 /// "8,16" -> {8, 16}: positive, no repeats, at most kMaxDevices each.
 llvm::Expected<std::vector<int64_t>> parseDeviceCounts(llvm::StringRef text);
+/// "1,2,4" -> {1, 2, 4}: positive, no repeats (--micro-batches).
+llvm::Expected<std::vector<int64_t>> parseMicroBatches(llvm::StringRef text);
 
 } // namespace soap
 

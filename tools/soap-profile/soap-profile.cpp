@@ -66,6 +66,12 @@ static cl::opt<int64_t> batchOpt("batch",
                                  cl::desc("Samples per iteration (default: 64 "
                                           "per device of each count)"),
                                  cl::init(0), cl::cat(cat));
+static cl::opt<std::string> microBatchesOpt(
+    "micro-batches",
+    cl::desc("Also cover the tiles of plans with these micro-batch counts "
+             "(of batch / m samples, where m divides the batch), e.g. 1,2,4 "
+             "(default 1)"),
+    cl::init("1"), cl::cat(cat));
 static cl::opt<std::string> spaceOpt("space",
                                      cl::desc("Configuration space: flexflow "
                                               "or full"),
@@ -160,6 +166,10 @@ static llvm::Expected<EnumerateOptions> enumerateOptions() {
       return d.takeError();
     o.deviceCounts = *d;
   }
+  auto mb = parseMicroBatches(microBatchesOpt);
+  if (!mb)
+    return mb.takeError();
+  o.microBatches = *mb;
   auto space = parseSpaceKind(spaceOpt);
   if (!space)
     return inputError("--space must be flexflow or full, got '{}'",

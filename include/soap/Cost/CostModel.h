@@ -99,6 +99,11 @@ public:
   /// profile measured the bandwidth (the copy kernel's rate is sustained),
   /// else a built-in fraction of the datasheet figure.
   double memoryEfficiency() const { return memEff_; }
+  /// The same for `kind`: the median over the profile's bandwidth-bound
+  /// entries of that kind where it has any (a kernel that streams its
+  /// operands at a tenth of the copy rate, such as a CPU's pooling loop,
+  /// is not priced at the median of every kind), else memoryEfficiency().
+  double memoryEfficiency(llvm::StringRef kind) const;
   /// Peak FLOP/s for a dtype on this device (measured GEMM rate when the
   /// profile has it).
   double peakFlops(DType t) const;
@@ -114,6 +119,7 @@ private:
   CostMode mode_;
   double memEff_;
   std::map<std::string, std::pair<double, int>> fitted_; // kind -> (eff, n)
+  std::map<std::string, double> memFitted_; // kind -> bandwidth fraction
   mutable std::atomic<uint64_t> hits_{0}, misses_{0};
 };
 

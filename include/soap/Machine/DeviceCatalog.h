@@ -37,6 +37,12 @@ struct DeviceSpec {
   Seconds launchOverhead;
   llvm::StringRef source;       ///< the document the figures come from
   llvm::StringRef launchSource; ///< the basis of the launch overhead
+  /// Data moves through the compute units themselves: a CPU core copies
+  /// an MPI message (shared memory) or a collective's share, and runs no
+  /// kernel meanwhile; a GPU's copy engines and NICs move data beside its
+  /// kernels. The simulator makes a transfer or collective occupy the
+  /// devices at its ends (or in its group) as well as its links.
+  bool commOccupiesCompute = false;
 
   double peakFlopsPerSec(PeakFormat f) const;
 };

@@ -160,6 +160,41 @@ TEST_CASE("the roofline is fitted to measurements of the same kind",
   CHECK(cm.computeEfficiency("Conv") == Approx(0.6));
 }
 
+TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",
+          "[Cost]") {
+  // A device whose Relu streams at 80% of its bandwidth and whose MaxPool
+  // loop at 10% (a CPU's hand-written pooling): a MaxPool tile the profile
+  // lacks is priced at 10%, a kind without measurements at the median of
+  // all (10, 80, 80: 80%).
+  const DeviceSpec &d = h100();
+  double bw = d.memoryBandwidthBytesPerSec;
+  CostDatabase db;
+  db.env.device = d.name.str();
+  auto add = [&](const std::string &kind, int i, double frac) {
+    KernelEntry e;
+    e.bytes[0] = 1e8 * i;
+    e.forward = e.bytes[0] / (frac * bw) + d.launchOverhead;
+    db.add(kind + "|f32|in=" + std::to_string(i) + "|out=1", e);
+  };
+  add("Relu", 1, 0.8);
+  add("Relu", 2, 0.8);
+  add("MaxPool", 1, 0.1);
+  CostModel cm(d, &db, CostMode::Profile);
+  CHECK(cm.memoryEfficiency("Relu") == Approx(0.8));
+  CHECK(cm.memoryEfficiency("MaxPool") == Approx(0.1));
+  CHECK(cm.memoryEfficiency("Sigmoid") == Approx(0.8));
+  CHECK(cm.memoryEfficiency() == Approx(0.8));
+  // The roofline of a Relu tile uses Relu's fraction (a tile the profile
+  // lacks).
+  Graph g = convRelu();
+  const Op &relu = g.op(1);
+  KernelTimes k = cm.analytic(g, relu, relu.sem.fullTile());
+  std::vector<DType> in(1, DType::F32), out(1, DType::F32);
+  double bytes = relu.sem.tileBytes(Pass::Forward, relu.sem.fullTile(), in,
+                                    out);
+  CHECK(k.forward == Approx(bytes / (bw * 0.8) + d.launchOverhead));
+}
+
 TEST_CASE("tile memory counts weights, gradients and optimizer state",
           "[Cost]") {
   Graph g = convRelu();

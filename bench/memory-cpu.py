@@ -3,7 +3,8 @@
 
 Issue 17's memory check: for each plan kind — data parallelism, a 2-stage
 pipeline (1F1B and GPipe, 4 micro-batches), selective and full
-recomputation, ZeRO-1, -2 and -3 — on small zoo models, the simulator's
+recomputation, ZeRO-1, -2 and -3, and bf16 data parallelism, pipeline and
+ZeRO-3 — on small zoo models, the simulator's
 predicted peak bytes of every device beside soap-run's measured peak on its
 rank (`soap-run --memory`: every byte of tensor storage the rank holds,
 counted by the executor's allocator), and their ratio. Plans are soapc's
@@ -36,6 +37,11 @@ KINDS = [
     ("zero-1", ["1"], None),
     ("zero-2", ["2"], None),
     ("zero-3", ["3"], None),
+    # bf16 (soapc --precision bf16): bf16 weights, gradients and
+    # activations, fp32 master weights (issue 17's mixed precision).
+    ("bf16 data parallel", None, None, "bf16"),
+    ("bf16 pipeline 1f1b", None, ["2", "4", "1f1b"], "bf16"),
+    ("bf16 zero-3", ["3"], None, "bf16"),
 ]
 LINE = re.compile(r"memory: rank (\d+) peak (\d+) bytes measured, (\d+) "
                   r"predicted \(weights (\d+), gradients (\d+), optimizer "
@@ -50,16 +56,18 @@ def run(cmd):
     return p.stdout
 
 
-def measure(model, batch, ranks, kind, mem, pipe, soapc, soap_run, tmp):
+def measure(model, batch, ranks, kind, mem, pipe, soapc, soap_run, tmp,
+            precision="fp32"):
     onnx = os.path.join(ROOT, "examples/models", model + ".onnx")
     dump = os.path.join(tmp, f"{model}-dump.json")
     if not os.path.exists(dump):
         with open(dump, "w") as f:
             f.write(run([soapc, "dump", onnx, "--batch", str(batch),
                          "--format", "json"]))
-    plan = os.path.join(tmp, f"{model}-{ranks}.json")
+    plan = os.path.join(tmp, f"{model}-{ranks}-{precision}.json")
     run([soapc, onnx, "--topology", os.path.join(INPUTS, TOPOLOGY[ranks]),
-         "--search", "data", "--batch", str(batch), "-o", plan])
+         "--search", "data", "--batch", str(batch), "--precision", precision,
+         "-o", plan])
     if pipe:
         out = plan.replace(".json", "-pipe.json")
         run([sys.executable, os.path.join(INPUTS, "pipeplan.py"), plan, dump,
@@ -107,13 +115,13 @@ def main():
         for spec in a.models.split(","):
             model, batch = spec.split(":")
             batch = int(batch)
-            for kind, mem, pipe in KINDS:
+            for kind, mem, pipe, *prec in KINDS:
                 entry = {"model": model, "batch": batch, "plan": kind,
                          "ranks": a.ranks}
                 try:
                     entry["per_rank"] = measure(model, batch, a.ranks, kind,
                                                 mem, pipe, soapc, soap_run,
-                                                tmp)
+                                                tmp, *prec)
                 except RuntimeError as e:
                     entry["error"] = str(e)
                 results.append(entry)

@@ -490,6 +490,12 @@ void Runner::forward(OpId o, bool again) {
 
 void Runner::reread(OpId prod, size_t j) {
   const Op &po = g_.op(prod);
+  // A recomputed Relu keeps what a kept one keeps: its 1-byte mask.
+  if (po.kind == "Relu" && j == 0 && saves(po, 0, true) &&
+      opts_.backend == "cpu") {
+    keepReluMask(prod);
+    return;
+  }
   if (saves(po, int(j), true) || keepsOutput(s_, po, j) ||
       keepsAllOperands(po, opts_) || rerunsForward(po, opts_))
     return;
@@ -558,13 +564,7 @@ void Runner::outputRead(OpId prod, size_t j) {
   const Op &po = g_.op(prod);
   if (po.kind == "Relu" && j == 0 && keepsOutput(s_, po, j) &&
       opts_.backend == "cpu") {
-    // Kept as its 1-byte mask, as the semantics count it.
-    for (Task &t : tasks(prod)) {
-      t.mask.resize(t.out[0].data.size());
-      for (size_t k = 0; k < t.mask.size(); ++k)
-        t.mask[k] = t.out[0].data[k] > 0;
-      t.out[0].drop();
-    }
+    keepReluMask(prod);
     return;
   }
   if (!freedAfterReaders(prod, j))
@@ -572,6 +572,16 @@ void Runner::outputRead(OpId prod, size_t j) {
   for (Task &t : tasks(prod))
     if (j < t.out.size())
       t.out[j].drop();
+}
+
+void Runner::keepReluMask(OpId relu) {
+  // Kept as its 1-byte mask, as the semantics count it.
+  for (Task &t : tasks(relu)) {
+    t.mask.resize(t.out[0].data.size());
+    for (size_t k = 0; k < t.mask.size(); ++k)
+      t.mask[k] = t.out[0].data[k] > 0;
+    t.out[0].drop();
+  }
 }
 
 void Runner::pendingDone(OpId o) {

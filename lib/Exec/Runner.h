@@ -116,8 +116,10 @@ private:
   /// backward reads (a Relu's mask).
   void outputRead(OpId prod, size_t j);
   /// After the last recomputed reader of output `j` of recomputed `prod`:
-  /// frees it unless `prod`'s backward reads it.
+  /// frees it unless `prod`'s backward reads it (a Relu: as its mask).
   void reread(OpId prod, size_t j);
+  /// A Relu's output replaced by its 1-byte mask (what its backward reads).
+  void keepReluMask(OpId relu);
   /// Whether output `j` of `prod` is freed once its readers have run.
   bool freedAfterReaders(OpId prod, size_t j) const;
   /// Whether `o`'s input `i` is exactly `prod`'s output `j` tile by tile

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""bench/exec-all.py [--models M:B,..] [--searchers S,..] [--ranks 2,4]
+[--steps K] [--timeout D] [--build DIR] [--out F]
+
+Issue 20's "every zoo model runs under every searcher's plan": for each
+model (at batch B) and each searcher, soapc's plan on 2 and 4 ranks
+(test/cli/exec/Inputs: two.json, p100-2x2.json) is run by soap-run under
+mpirun, and its losses and every final weight are compared with the same
+model's one-rank run (test/cli/exec/Inputs/compare.py: within max(1e-5
+relative, 1e-6 absolute)); a micro-batched plan (pipeline, gradient
+accumulation) is compared with a one-rank run of the same micro-batches
+when the model has BatchNormalization (each micro-batch is normalised by its
+own statistics), else with the plain one. Prints one row per model, searcher
+and rank count (MATCH, MISMATCH with the first difference, or the error),
+with the seconds per step; writes JSON (default
+bench/results/exec-all.json). Asserts nothing.
+
+The default models are every zoo model that soap-run can train on this
+machine in minutes; the GPT-3 models have no weights (soap-run refuses them)
+and the TensorOpt-size ones do not fit in its memory."""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+INPUTS = os.path.join(ROOT, "test/cli/exec/Inputs")
+TOPOLOGY = {1: "one.json", 2: "two.json", 4: "p100-2x2.json"}
+DEFAULT_MODELS = ("mlp_small:8,lenet:8,resnet_small:8,mobilenet_small:8,"
+                  "transformer_small:8,alexnet:4,rnntc:4,rnnlm:4,nmt:4,"
+                  "resnet101:4,inception_v3:4,vgg16:4,transformer:4,gpt2:4")
+DEFAULT_SEARCHERS = "data,model,expert,kcuts,mcmc,balanced,pipeline"
+STEP = re.compile(r"^step \d+ loss \S+ time (\S+) s", re.M)
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def run(cmd, timeout=None):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=ENV,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("timed out after %d s" % timeout)
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr.strip().splitlines() or
+                            [f"exit status {p.returncode}"])[-1])
+    return p.stdout
+
+
+def train(a, onnx, plan, ranks, wdir, out):
+    cmd = [a.soap_run, onnx, plan, "--seed", "7", "--steps", str(a.steps),
+           "--threads", "1", "--dump-weights", wdir]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
+               str(ranks)] + cmd
+    text = run(cmd, a.timeout)
+    with open(out, "w") as f:
+        f.write(text)
+    return [float(t) for t in STEP.findall(text)]
+
+
+def has_batchnorm(a, onnx, batch):
+    text = run([a.soapc, "dump", onnx, "--batch", str(batch)])
+    return "BatchNormalization" in text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--budget", default="500")
+    ap.add_argument("--timeout", type=int, default=1800,
+                    help="seconds one soap-run may take")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out",
+                    default=os.path.join(HERE, "results/exec-all.json"))
+    a = ap.parse_args()
+    a.soapc = os.path.join(a.build, "bin/soapc")
+    a.soap_run = os.path.join(a.build, "bin/soap-run")
+    compare = os.path.join(INPUTS, "compare.py")
+    rows = []
+    print(f"{'model':<18} {'batch':>5} {'searcher':<9} {'ranks':>5} "
+          f"{'s/step':>8}  result")
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in a.models.split(","):
+            model, batch = spec.split(":")
+            onnx = os.path.join(ROOT, "examples/models", model + ".onnx")
+            refs = {}
+
+            def reference(m):
+                """The one-rank run of m micro-batches (1: the plain one)."""
+                if m in refs:
+                    return refs[m]
+                plan = os.path.join(tmp, f"{model}-one-{m}.json")
+                run([a.soapc, onnx, "--topology",
+                     os.path.join(INPUTS, TOPOLOGY[1]), "--search", "data",
+                     "--batch", batch, "-o", plan])
+                if m > 1:
+                    with open(plan) as f:
+                        p = json.load(f)
+                    p["pipeline"]["micro_batches"] = m
+                    with open(plan, "w") as f:
+                        json.dump(p, f)
+                w = os.path.join(tmp, f"w-{model}-one-{m}")
+                out = os.path.join(tmp, f"{model}-one-{m}.out")
+                steps = train(a, onnx, plan, 1, w, out)
+                refs[m] = (out, w, steps)
+                return refs[m]
+
+            try:
+                bn = has_batchnorm(a, onnx, batch)
+                reference(1)
+            except RuntimeError as e:
+                rows.append({"model": model, "batch": int(batch),
+                             "error": "one rank: " + str(e)})
+                print(f"{model:<18} {batch:>5} {'-':<9} {1:>5} {'':>8}  "
+                      f"error: {e}", flush=True)
+                continue
+            for ranks in [int(r) for r in a.ranks.split(",")]:
+                for s in a.searchers.split(","):
+                    row = {"model": model, "batch": int(batch),
+                           "searcher": s, "ranks": ranks}
+                    t0 = time.time()
+                    try:
+                        plan = os.path.join(tmp, f"{model}-{s}-{ranks}.json")
+                        run([a.soapc, onnx, "--topology",
+                             os.path.join(INPUTS, TOPOLOGY[ranks]),
+                             "--search", s, "--batch", batch, "--budget",
+                             a.budget, "--seed", "0", "-o", plan])
+                        with open(plan) as f:
+                            p = json.load(f)
+                        m = p["pipeline"]["micro_batches"]
+                        row["stages"] = p["pipeline"]["stages"]
+                        row["micro_batches"] = m
+                        ref = reference(m if bn else 1)
+                        w = os.path.join(tmp, f"w-{model}-{s}-{ranks}")
+                        out = os.path.join(tmp, f"{model}-{s}-{ranks}.out")
+                        steps = train(a, onnx, plan, ranks, w, out)
+                        row["step_s"] = min(steps) if steps else None
+                        c = subprocess.run([sys.executable, compare, ref[0],
+                                            ref[1], out, w],
+                                           capture_output=True, text=True)
+                        row["result"] = (c.stdout or c.stderr).strip()
+                        row["match"] = c.returncode == 0
+                    except RuntimeError as e:
+                        row["error"] = str(e)
+                    row["seconds"] = time.time() - t0
+                    rows.append(row)
+                    res = row.get("result", "error: " + row.get("error", ""))
+                    st = f"{row['step_s']:.3f}" if row.get("step_s") else "-"
+                    print(f"{model:<18} {batch:>5} {s:<9} {ranks:>5} "
+                          f"{st:>8}  {res}", flush=True)
+    ok = sum(1 for r in rows if r.get("match"))
+    print(f"{ok} of {len(rows)} runs match one rank")
+    with open(a.out, "w") as f:
+        json.dump({"bench": "exec-all", "steps": a.steps, "results": rows},
+                  f, indent=2)
+    print(f"results: {os.path.relpath(a.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from mpirun import mpirun, run  # bench/mpirun.py, beside this file
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 INPUTS = os.path.join(ROOT, "test/cli/exec/Inputs")
@@ -37,29 +39,10 @@ DEFAULT_MODELS = ("mlp_small:8,lenet:8,resnet_small:8,mobilenet_small:8,"
                   "resnet101:4,inception_v3:4,vgg16:4,transformer:4,gpt2:4")
 DEFAULT_SEARCHERS = "data,model,expert,kcuts,mcmc,balanced,pipeline"
 STEP = re.compile(r"^step \d+ loss \S+ time (\S+) s", re.M)
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-
-
-def run(cmd, timeout=None):
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=ENV,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError("timed out after %d s" % timeout)
-    if p.returncode != 0:
-        raise RuntimeError((p.stderr.strip().splitlines() or
-                            [f"exit status {p.returncode}"])[-1])
-    return p.stdout
-
-
 def train(a, onnx, plan, ranks, wdir, out):
-    cmd = [a.soap_run, onnx, plan, "--seed", "7", "--steps", str(a.steps),
-           "--threads", "1", "--dump-weights", wdir]
-    if ranks > 1:
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
-               str(ranks)] + cmd
-    text = run(cmd, a.timeout)
+    text = mpirun(ranks, [a.soap_run, onnx, plan, "--seed", "7", "--steps",
+                          str(a.steps), "--threads", "1", "--dump-weights",
+                          wdir], a.timeout)
     with open(out, "w") as f:
         f.write(text)
     return [float(t) for t in STEP.findall(text)]

@@ -26,9 +26,9 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
+
+from mpirun import mpirun, run  # bench/mpirun.py, beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -38,14 +38,6 @@ DEFAULT_SEARCHERS = "data,model,expert,mcmc,kcuts,balanced"
 STEP = re.compile(r"^step (\d+) loss \S+ time (\S+) s", re.M)
 MEM = re.compile(r"memory: rank (\d+) peak (\d+) bytes measured, (\d+) "
                  r"predicted")
-
-
-def run(cmd, env=None):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise RuntimeError((p.stderr.strip().splitlines() or
-                            [f"exit status {p.returncode}"])[-1])
-    return p.stdout
 
 
 def make_plan(model, batch, searcher, a, tmp):
@@ -76,11 +68,8 @@ def run_plan(r, a):
     """One soap-run of the plan: steps for about a.seconds (10 at least),
     the first dropped (it allocates and warms up)."""
     k = max(10, min(400, int(a.seconds / max(r["predicted_s"], 1e-6))))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    out = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
-               str(a.ranks), a.soap_run, r["onnx"], r["path"], "--steps",
-               str(k + 1), "--threads", "1", "--memory"], env=env)
+    out = mpirun(a.ranks, [a.soap_run, r["onnx"], r["path"], "--steps",
+                           str(k + 1), "--threads", "1", "--memory"])
     steps = [float(t) for _, t in STEP.findall(out)]
     if len(steps) < 2:
         raise RuntimeError("soap-run printed %d steps" % len(steps))

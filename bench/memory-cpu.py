@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
+
+from mpirun import mpirun, run  # bench/mpirun.py, beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -48,14 +49,6 @@ LINE = re.compile(r"memory: rank (\d+) peak (\d+) bytes measured, (\d+) "
                   r"(\d+), saved (\d+), buffers (\d+), workspace (\d+)\)")
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError((p.stderr.strip().splitlines() or
-                            [f"exit status {p.returncode}"])[-1])
-    return p.stdout
-
-
 def measure(model, batch, ranks, kind, mem, pipe, soapc, soap_run, tmp,
             precision="fp32"):
     onnx = os.path.join(ROOT, "examples/models", model + ".onnx")
@@ -78,17 +71,10 @@ def measure(model, batch, ranks, kind, mem, pipe, soapc, soap_run, tmp,
         run([sys.executable, os.path.join(INPUTS, "memplan.py"), plan, dump,
              out] + mem)
         plan = out
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none",
-                        "-np", str(ranks), soap_run, onnx, plan, "--steps",
-                        "2", "--threads", "1", "--memory"],
-                       capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        raise RuntimeError((p.stderr.strip().splitlines() or
-                            [f"exit status {p.returncode}"])[-1])
+    out = mpirun(ranks, [soap_run, onnx, plan, "--steps", "2", "--threads",
+                         "1", "--memory"])
     rows = []
-    for m in LINE.finditer(p.stdout):
+    for m in LINE.finditer(out):
         r, meas, pred, w, g, o, s, b, ws = map(int, m.groups())
         rows.append({"rank": r, "measured": meas, "predicted": pred,
                      "ratio": meas / pred if pred else None,

@@ -110,6 +110,18 @@ void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
 
 } // namespace
 
+void setTileWork(KernelEntry &e, const Graph &g, const Op &op,
+                 const Box &tile) {
+  std::vector<DType> inT, outT;
+  operandTypes(g, op, inT, outT);
+  for (int p = 0; p < 3; ++p) {
+    Pass pass = static_cast<Pass>(p);
+    bool none = pass == Pass::BackwardWeight && op.sem.weightInputs.empty();
+    e.flops[p] = none ? 0 : op.sem.tileFlops(pass, tile);
+    e.bytes[p] = none ? 0 : double(op.sem.tileBytes(pass, tile, inT, outT));
+  }
+}
+
 CostModel::CostModel(const DeviceSpec &device, const CostDatabase *db,
                      CostMode mode)
     : device_(device), db_(db), mode_(mode), memEff_(kBuiltinMemoryEfficiency) {

@@ -6,6 +6,7 @@
 
 #include "ElementwiseFn.h"
 #include "Gemm.h"
+#include "ExecRules.h"
 #include "Runner.h"
 #include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
@@ -322,18 +323,19 @@ static bool isMaxPool(const Op &op) {
   return llvm::StringRef(op.kind).contains("MaxPool");
 }
 
-/// Element-wise ops that save their inputs only (Mul, Div, Erf, Gelu...):
-/// their backward kernel reads the output too, which they compute again
-/// from the kept inputs just before it (an element-wise forward is cheap).
-static bool rerunsForward(const Op &op, const ExecOptions &opts) {
+bool rerunsForward(const Op &op, const std::string &backend) {
   auto fn = elemFnOf(op.kind);
-  if (opts.backend != "cpu" || !fn || *fn == ElemFn::Add ||
-      *fn == ElemFn::Sub || *fn == ElemFn::Relu || op.sem.saved.empty())
+  if (backend != "cpu" || !fn || *fn == ElemFn::Add || *fn == ElemFn::Sub ||
+      *fn == ElemFn::Relu || op.sem.saved.empty())
     return false;
   for (const SavedOperand &so : op.sem.saved)
     if (so.isOutput)
       return false;
   return true;
+}
+
+static bool rerunsForward(const Op &op, const ExecOptions &opts) {
+  return rerunsForward(op, opts.backend);
 }
 
 /// Ops whose backward kernel reads operands beyond what the semantics
@@ -351,11 +353,8 @@ static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
          k == "LSTM";
 }
 
-/// Whether `b` is one row-major run of a tensor of shape `shape` (leading
-/// dims of extent 1, then one partial dim, then whole dims): its first
-/// element's flat index.
-static std::optional<int64_t> runStart(const Box &b,
-                                       const std::vector<int64_t> &shape) {
+std::optional<int64_t> runStart(const Box &b,
+                                const std::vector<int64_t> &shape) {
   if (b.rank() != shape.size())
     return std::nullopt;
   size_t d = shape.size();
@@ -370,29 +369,31 @@ static std::optional<int64_t> runStart(const Box &b,
   return flat;
 }
 
-bool Runner::aliasesReshape(OpId o) const {
-  const Op &op = g_.op(o);
-  if (opts_.backend != "cpu" ||
-      (op.kind != "Reshape" && op.kind != "Flatten" && op.kind != "Squeeze" &&
-       op.kind != "Unsqueeze"))
+bool reshapePassesBuffer(const Graph &g, const Op &op, const Box &x,
+                         const Box &y) {
+  if (op.kind != "Reshape" && op.kind != "Flatten" && op.kind != "Squeeze" &&
+      op.kind != "Unsqueeze")
     return false;
   // Only an activation's buffer is the op's to pass on: a weight reaching
   // the reshape (an Einsum's lowering reshapes its weight operand) is lent
   // by lendWeights and must stay where it is.
   const std::vector<int> &wi = op.sem.weightInputs;
   if (std::find(wi.begin(), wi.end(), 0) != wi.end() ||
-      g_.value(op.inputs[0]).producer < 0)
+      g.value(op.inputs[0]).producer < 0)
+    return false;
+  auto a = runStart(x, g.value(op.inputs[0]).shape.dims);
+  auto b = runStart(y, g.value(op.outputs[0]).shape.dims);
+  return a && b && *a == *b && x.volume() == y.volume();
+}
+
+bool Runner::aliasesReshape(OpId o) const {
+  if (opts_.backend != "cpu")
     return false;
   const OpPlan &p = plan(o);
-  const std::vector<int64_t> &xs = g_.value(op.inputs[0]).shape.dims,
-                             &ys = g_.value(op.outputs[0]).shape.dims;
-  for (size_t k = 0; k < p.tiles.size(); ++k) {
-    const Box &x = p.inReg[0][k], &y = p.outReg[0][k];
-    auto a = runStart(x, xs), b = runStart(y, ys);
-    if (!a || !b || *a != *b || x.volume() != y.volume())
+  for (size_t k = 0; k < p.tiles.size(); ++k)
+    if (!reshapePassesBuffer(g_, g_.op(o), p.inReg[0][k], p.outReg[0][k]))
       return false;
-  }
-  return true;
+  return !p.tiles.empty();
 }
 
 void Runner::forward(OpId o, bool again) {

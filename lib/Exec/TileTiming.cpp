@@ -1,14 +1,13 @@
 // Timing one op tile with the executor's CPU kernels (see TileTiming.h).
 #include "soap/Exec/TileTiming.h"
 
-#include "ElementwiseFn.h"
+#include "ExecRules.h"
 #include "Kernels.h"
 #include "soap/Support/Error.h"
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #if SOAP_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -34,52 +33,6 @@ public:
 bool isWeightInput(const Op &op, size_t i) {
   return std::find(op.sem.weightInputs.begin(), op.sem.weightInputs.end(),
                    int(i)) != op.sem.weightInputs.end();
-}
-
-/// Element-wise ops that save only their inputs: soap-run computes their
-/// output again just before the backward kernel (Executor.cpp's
-/// rerunsForward).
-bool rerunsForward(const Op &op) {
-  auto fn = exec::elemFnOf(op.kind);
-  if (!fn || *fn == exec::ElemFn::Add || *fn == exec::ElemFn::Sub ||
-      *fn == exec::ElemFn::Relu || op.sem.saved.empty())
-    return false;
-  for (const SavedOperand &so : op.sem.saved)
-    if (so.isOutput)
-      return false;
-  return true;
-}
-
-/// Whether `b` is one row-major run of a tensor of shape `shape`: its first
-/// element's flat index (as Executor.cpp's runStart).
-std::optional<int64_t> runStart(const Box &b,
-                                const std::vector<int64_t> &shape) {
-  if (b.rank() != shape.size())
-    return std::nullopt;
-  size_t d = shape.size();
-  while (d > 0 && b.lo[d - 1] == 0 && b.hi[d - 1] == shape[d - 1])
-    --d;
-  for (size_t k = 0; k + 1 < d; ++k)
-    if (b.hi[k] - b.lo[k] != 1)
-      return std::nullopt;
-  int64_t flat = 0;
-  for (size_t k = 0; k < shape.size(); ++k)
-    flat = flat * shape[k] + b.lo[k];
-  return flat;
-}
-
-/// A reshape soap-run passes through (its input's buffer becomes the
-/// output): an activation input whose tile is the output's run.
-bool passesThrough(const Graph &g, const Op &op, const Box &tile) {
-  if (op.kind != "Reshape" && op.kind != "Flatten" && op.kind != "Squeeze" &&
-      op.kind != "Unsqueeze")
-    return false;
-  if (isWeightInput(op, 0) || g.value(op.inputs[0]).producer < 0)
-    return false;
-  Box x = op.sem.inputRegion(0, tile), y = op.sem.outputRegion(0, tile);
-  auto a = runStart(x, g.value(op.inputs[0]).shape.dims);
-  auto b = runStart(y, g.value(op.outputs[0]).shape.dims);
-  return a && b && *a == *b && x.volume() == y.volume();
 }
 
 /// Deterministic filler: floats in [-1, 1), integers 0 (a valid index and
@@ -115,7 +68,8 @@ llvm::Expected<TileTimes> timeTileOnCpu(const Graph &g, const Op &op,
     return inputError("{}: {}", g.where(op.id), errorMessage(std::move(err)));
   TileTimes out;
   out.repeats = opts.repeats;
-  bool alias = passesThrough(g, op, tile);
+  bool alias = exec::reshapePassesBuffer(g, op, op.sem.inputRegion(0, tile),
+                                         op.sem.outputRegion(0, tile));
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -197,7 +151,7 @@ llvm::Expected<TileTimes> timeTileOnCpu(const Graph &g, const Op &op,
         if (op.inputs[i] != kNoValue &&
             isFloating(g.value(op.inputs[i]).dtype) && t.gin[i].data.empty())
           t.gin[i].reset(op.sem.inputRegion(int(i), tile));
-      if (rerunsForward(op))
+      if (exec::rerunsForward(op, "cpu"))
         runForward();
       k->backward(ctx);
       tb = since(t0);

@@ -1,6 +1,7 @@
 // soap-profile's runs on the CPU (see CpuRuns.h).
 #include "CpuRuns.h"
 
+#include "soap/Cost/CostModel.h"
 #include "soap/Exec/TileTiming.h"
 #include "soap/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -210,18 +211,7 @@ llvm::Expected<CpuMeasureSummary> measureOnCpu(Comm &comm,
     KernelEntry e;
     e.repeats = t->repeats;
     e.forward = t->forward;
-    std::vector<DType> inT, outT;
-    for (ValueId v : op.inputs)
-      inT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-    for (ValueId v : op.outputs)
-      outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-    for (int p = 0; p < 3; ++p) {
-      Pass pass = static_cast<Pass>(p);
-      e.flops[p] = op.sem.tileFlops(pass, site.tile);
-      e.bytes[p] = double(op.sem.tileBytes(pass, site.tile, inT, outT));
-      if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
-        e.flops[p] = e.bytes[p] = 0;
-    }
+    setTileWork(e, g, op, site.tile);
     // soap-run's backward kernel computes both gradients at once: the time
     // is shared between them as the IR's FLOPs (else bytes) are.
     double wd = e.flops[1], ww = e.flops[2];

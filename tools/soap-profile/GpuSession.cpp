@@ -4,6 +4,7 @@
 
 #include "GpuCommon.h"
 #include "MeasurePlan.h"
+#include "soap/Cost/CostModel.h"
 #include "llvm/ADT/StringRef.h"
 #include <cmath>
 #include <fstream>
@@ -334,25 +335,17 @@ llvm::Expected<KernelEntry> GpuSession::measure(const Graph &g, const Op &op,
   if (std::string((*b)->method()) == "cublas")
     plan = planGemm(g, op, tile);
   Seconds *out[3] = {&e.forward, &e.backwardData, &e.backwardWeight};
-  std::vector<DType> inT, outT;
-  for (ValueId v : op.inputs)
-    inT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
-  for (ValueId v : op.outputs)
-    outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
+  setTileWork(e, g, op, tile);
   for (int p = 0; p < 3; ++p) {
     auto t = time(**b, static_cast<Pass>(p));
     if (!t)
       return t.takeError();
     *out[p] = *t;
-    Pass pass = static_cast<Pass>(p);
-    bool none = pass == Pass::BackwardWeight && op.sem.weightInputs.empty();
-    e.flops[p] = none ? 0 : op.sem.tileFlops(pass, tile);
     // What cuBLAS computed, where the IR splits the passes otherwise (the
     // second gradient of a product of two activations), so that fitting
     // the roofline to the entry divides the right FLOPs by the time.
     if (plan)
-      e.flops[p] = plan->flops(pass);
-    e.bytes[p] = none ? 0 : double(op.sem.tileBytes(pass, tile, inT, outT));
+      e.flops[p] = plan->flops(static_cast<Pass>(p));
   }
   e.workspace = (*b)->workspace;
   e.repeats = std::max(1, opts_.repeats);

@@ -399,6 +399,30 @@ signaturesToMeasure(std::vector<ReplayPlan> &plans, std::string &device) {
   return llvm::Expected<SignatureSet>(std::move(set));
 }
 
+/// What a measuring run covers: the signatures (of the models' spaces or
+/// the plans' tasks), the device they are measured as (--device, else the
+/// topology's or plans'), and what -o already holds of it.
+static llvm::Expected<SignatureSet>
+measureTarget(std::vector<ReplayPlan> &plans, std::string &device,
+              CostDatabase &db) {
+  auto set = signaturesToMeasure(plans, device);
+  if (!set)
+    return set.takeError();
+  if (!deviceOpt.empty()) {
+    if (!findDevice(deviceOpt))
+      return inputError("--device '{}' is not in the device catalog",
+                        deviceOpt.getValue());
+    device = deviceOpt;
+  }
+  if (llvm::sys::fs::exists(outputOpt)) {
+    auto old = loadProfileFor(outputOpt, device);
+    if (!old)
+      return old.takeError();
+    db = std::move(**old);
+  }
+  return set;
+}
+
 /// soap-profile --backend cpu: every rank of mpirun measures (see
 /// CpuRuns.h); rank 0 writes the database and prints the summary.
 static llvm::Error runMeasureCpu(Comm &comm) {
@@ -413,22 +437,10 @@ static llvm::Error runMeasureCpu(Comm &comm) {
                       int64_t(collectiveBytesOpt));
   std::vector<ReplayPlan> plans;
   std::string device;
-  auto set = signaturesToMeasure(plans, device);
+  CostDatabase db;
+  auto set = measureTarget(plans, device, db);
   if (!set)
     return set.takeError();
-  if (!deviceOpt.empty()) {
-    if (!findDevice(deviceOpt))
-      return inputError("--device '{}' is not in the device catalog",
-                        deviceOpt.getValue());
-    device = deviceOpt;
-  }
-  CostDatabase db;
-  if (llvm::sys::fs::exists(outputOpt)) {
-    auto old = loadProfileFor(outputOpt, device);
-    if (!old)
-      return old.takeError();
-    db = std::move(**old);
-  }
   ExecOptions eo;
   eo.threads = *threadsOpt;
   if (auto err = prepareBackend(eo, comm))
@@ -507,22 +519,10 @@ static llvm::Error runMeasure() {
     return inputError("measuring needs -o profiles/<device>.json");
   std::vector<ReplayPlan> plans;
   std::string device;
-  auto set = signaturesToMeasure(plans, device);
+  CostDatabase db;
+  auto set = measureTarget(plans, device, db);
   if (!set)
     return set.takeError();
-  if (!deviceOpt.empty()) {
-    if (!findDevice(deviceOpt))
-      return inputError("--device '{}' is not in the device catalog",
-                        deviceOpt.getValue());
-    device = deviceOpt;
-  }
-  CostDatabase db;
-  if (llvm::sys::fs::exists(outputOpt)) {
-    auto old = loadProfileFor(outputOpt, device);
-    if (!old)
-      return old.takeError();
-    db = std::move(**old);
-  }
   auto gpu = openGpu(device);
   if (!gpu)
     return gpu.takeError();

@@ -69,6 +69,13 @@ struct TileMemory {
   }
 };
 
+/// The work figures of `tile` of `op` as the IR counts them, per pass
+/// (forward, backward-data, backward-weight): FLOPs and bytes, 0 for the
+/// backward-weight pass of an op without weights. What a measured entry
+/// records beside its times, so that the roofline can be fitted to it.
+void setTileWork(KernelEntry &e, const Graph &g, const Op &op,
+                 const Box &tile);
+
 class CostModel {
 public:
   /// `db` may be null (analytic only). With CostMode::Strict it is required.

@@ -10,6 +10,12 @@
 namespace soap {
 namespace exec {
 
+namespace {
+
+bool sameBox(const Box &a, const Box &b) { return a.lo == b.lo && a.hi == b.hi; }
+
+} // namespace
+
 void assemble(Comm &comm, const std::vector<Src> &srcs,
               const std::vector<Dst> &dsts, Combine c) {
   int me = comm.rank();
@@ -20,8 +26,8 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
     FloatVec recv;
   };
   std::vector<std::vector<Piece>> pieces(dsts.size());
-  std::vector<FloatVec> sendBufs;
-  std::vector<int> sendPeers, sendTags;
+  std::vector<FloatVec> packed;
+  std::vector<Comm::Message> sends, recvs;
   std::vector<std::pair<size_t, size_t>> recvPieces;
   std::vector<int> recvPeers, recvTags;
   int tag = 0;
@@ -45,35 +51,55 @@ void assemble(Comm &comm, const std::vector<Src> &srcs,
       int t = tag++ % 32000;
       if (sender == me) {
         assert(src.buf && "sender holds no data");
-        sendBufs.emplace_back(static_cast<size_t>(inter.volume()));
-        packRegion(inter, src.box, src.buf->data.data(),
-                   sendBufs.back().data());
-        sendPeers.push_back(dst.rank);
-        sendTags.push_back(t);
+        if (sameBox(inter, src.box)) {
+          // The whole source: sent from where it is, not copied first.
+          sends.push_back({dst.rank, t, const_cast<float *>(src.buf->data.data()),
+                           src.buf->data.size()});
+        } else {
+          packed.emplace_back(static_cast<size_t>(inter.volume()));
+          packRegion(inter, src.box, src.buf->data.data(),
+                     packed.back().data());
+          sends.push_back(
+              {dst.rank, t, packed.back().data(), packed.back().size()});
+        }
       }
       if (dst.rank == me) {
-        pieces[d].push_back(
-            {si, inter, true, FloatVec(size_t(inter.volume()))});
+        pieces[d].push_back({si, inter, true, {}});
         recvPieces.push_back({d, pieces[d].size() - 1});
         recvPeers.push_back(sender);
         recvTags.push_back(t);
       }
     }
   }
-  std::vector<Comm::Message> sends, recvs;
-  for (size_t k = 0; k < sendBufs.size(); ++k)
-    sends.push_back(
-        {sendPeers[k], sendTags[k], sendBufs[k].data(), sendBufs[k].size()});
+  // A destination that is one received piece whole receives it in place;
+  // every other piece into a buffer of its own, combined below.
+  float init = c == Combine::Max ? -std::numeric_limits<float>::infinity() : 0;
+  std::vector<Buf> results(dsts.size());
+  std::vector<uint8_t> direct(dsts.size(), 0);
+  for (size_t d = 0; d < dsts.size(); ++d)
+    if (dsts[d].rank == me && pieces[d].size() == 1 && pieces[d][0].remote &&
+        sameBox(pieces[d][0].region, dsts[d].box)) {
+      direct[d] = 1;
+      results[d].reset(dsts[d].box, init);
+    }
   for (size_t k = 0; k < recvPieces.size(); ++k) {
-    Piece &p = pieces[recvPieces[k].first][recvPieces[k].second];
-    recvs.push_back({recvPeers[k], recvTags[k], p.recv.data(), p.recv.size()});
+    auto [d, i] = recvPieces[k];
+    Piece &p = pieces[d][i];
+    float *at;
+    size_t n = static_cast<size_t>(p.region.volume());
+    if (direct[d]) {
+      at = results[d].data.data();
+    } else {
+      p.recv.resize(n);
+      at = p.recv.data();
+    }
+    recvs.push_back({recvPeers[k], recvTags[k], at, n});
   }
   if (!sends.empty() || !recvs.empty())
     comm.exchange(sends, recvs);
-  float init = c == Combine::Max ? -std::numeric_limits<float>::infinity() : 0;
-  std::vector<Buf> results(dsts.size());
+  packed.clear();
   for (size_t d = 0; d < dsts.size(); ++d) {
-    if (dsts[d].rank != me)
+    if (dsts[d].rank != me || direct[d])
       continue;
     Buf &res = results[d];
     res.reset(dsts[d].box, init);

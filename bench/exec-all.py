@@ -48,6 +48,12 @@ def train(a, onnx, plan, ranks, wdir, out):
     return [float(t) for t in STEP.findall(text)]
 
 
+def save(path, steps, rows):
+    with open(path, "w") as f:
+        json.dump({"bench": "exec-all", "steps": steps, "results": rows}, f,
+                  indent=2)
+
+
 def has_batchnorm(a, onnx, batch):
     text = run([a.soapc, "dump", onnx, "--batch", str(batch)])
     return "BatchNormalization" in text
@@ -137,15 +143,14 @@ def main():
                         row["error"] = str(e)
                     row["seconds"] = time.time() - t0
                     rows.append(row)
+                    save(a.out, a.steps, rows)  # a long run cut short keeps its rows
                     res = row.get("result", "error: " + row.get("error", ""))
                     st = f"{row['step_s']:.3f}" if row.get("step_s") else "-"
                     print(f"{model:<18} {batch:>5} {s:<9} {ranks:>5} "
                           f"{st:>8}  {res}", flush=True)
     ok = sum(1 for r in rows if r.get("match"))
     print(f"{ok} of {len(rows)} runs match one rank")
-    with open(a.out, "w") as f:
-        json.dump({"bench": "exec-all", "steps": a.steps, "results": rows},
-                  f, indent=2)
+    save(a.out, a.steps, rows)
     print(f"results: {os.path.relpath(a.out, ROOT)}")
 
 

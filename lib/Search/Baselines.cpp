@@ -55,24 +55,16 @@ public:
             : builtinStrategy(name_, p.graph, p.topo);
     if (!s)
       return s.takeError();
-    // Memory first: on 1,024 GPUs a strategy that does not fit is told
-    // without building its task graph.
-    auto fits = fitsInMemory(p, *s);
-    if (!fits)
-      return fits.takeError();
-    llvm::Expected<std::pair<Seconds, bool>> e =
-        std::make_pair(Seconds(0), false);
-    if (*fits)
-      e = evaluate(p, *s);
+    auto e = evaluateIfFits(p, *s);
     if (!e)
       return e.takeError();
-    if (!e->second)
+    if (!*e)
       return makeError(ExitCode::Infeasible,
                        "{}: the {} strategy does not fit in device memory",
                        p.graph.sourcePath, name_);
     SearchResult r;
     r.strategy = std::move(*s);
-    r.iterationTime = e->first;
+    r.iterationTime = **e;
     return r;
   }
 

@@ -22,16 +22,10 @@ llvm::Expected<SimMetrics> strategyMetrics(const SearchProblem &p,
 }
 
 llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p) {
-  Strategy data = dataParallel(p.graph, p.topo);
-  auto fits = fitsInMemory(p, data);
-  if (!fits)
-    return fits.takeError();
-  if (!*fits)
-    return 0;
-  auto dp = evaluate(p, data);
+  auto dp = evaluateIfFits(p, dataParallel(p.graph, p.topo));
   if (!dp)
     return dp.takeError();
-  return dp->second ? dp->first : 0;
+  return dp->value_or(0);
 }
 
 /// A searcher that passed its deadline with nothing to show: the fastest of
@@ -44,17 +38,12 @@ fastestBaseline(const SearchProblem &p, llvm::StringRef searcher) {
     auto s = builtinStrategy(name, p.graph, p.topo);
     if (!s)
       return s.takeError();
-    auto fits = fitsInMemory(p, *s);
-    if (!fits)
-      return fits.takeError();
-    if (!*fits)
-      continue;
-    auto e = evaluate(p, *s);
+    auto e = evaluateIfFits(p, *s);
     if (!e)
       return e.takeError();
-    if (e->second && (!best || e->first < bestTime)) {
+    if (*e && (!best || **e < bestTime)) {
       best.emplace(name, std::move(*s));
-      bestTime = e->first;
+      bestTime = **e;
     }
   }
   if (!best)

@@ -158,12 +158,18 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
           {3, R::Selective}, {2, R::Full},      {3, R::Full}};
 }
 
-llvm::Expected<bool> fitsInMemory(const SearchProblem &p, const Strategy &s) {
+llvm::Expected<std::optional<Seconds>>
+evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks) {
   SimContext ctx = p.context();
-  auto tg = TaskGraph::buildMemory(ctx, s);
-  if (!tg)
-    return tg.takeError();
-  return tg->fits();
+  auto mem = TaskGraph::buildMemory(ctx, s);
+  if (!mem)
+    return mem.takeError();
+  if (!mem->fits())
+    return std::optional<Seconds>();
+  auto e = evaluate(p, s, maxTasks);
+  if (!e)
+    return e.takeError();
+  return std::optional<Seconds>(e->first);
 }
 
 llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
@@ -177,22 +183,18 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
     rung.apply(p.graph, s);
     fit = LadderFit();
     fit.rung = rung;
-    auto fits = fitsInMemory(p, s);
-    if (!fits)
-      return fits.takeError();
-    if (!*fits)
-      continue;
-    auto r = evaluate(p, s, taskLimit(p));
+    auto r = evaluateIfFits(p, s, taskLimit(p));
     if (!r) {
       if (llvm::Error rest = dropTooLarge(r.takeError(), fit.tooLarge))
         return llvm::Error(std::move(rest));
       break;
     }
+    if (!*r)
+      continue;
     ++evaluated;
-    fit.time = r->first;
-    fit.fits = r->second;
-    if (fit.fits)
-      break;
+    fit.time = **r;
+    fit.fits = true;
+    break;
   }
   return fit;
 }

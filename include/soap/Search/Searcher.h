@@ -164,6 +164,14 @@ size_t taskLimit(const SearchProblem &p);
 llvm::Expected<std::pair<Seconds, bool>>
 evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
 
+/// evaluate() for a caller that wants only strategies that fit: the
+/// iteration time, or nullopt when `s` does not fit in every device's
+/// memory — told from the memory alone (TaskGraph::buildMemory), without
+/// building or simulating its task graph (on 1,024 GPUs a graph has tens
+/// of millions of tasks).
+llvm::Expected<std::optional<Seconds>>
+evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
+
 /// A way to make a strategy hold less (issue 17): a ZeRO stage on every op
 /// with a data-parallel group, and a recomputation policy.
 struct MemorySaving {
@@ -181,12 +189,8 @@ struct MemorySaving {
 /// (ZeRO-1) and selective, then full, recomputation.
 std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
 
-/// Whether `s` fits in every device's memory, from the memory TaskGraph
-/// accounts (TaskGraph::buildMemory), without building or simulating it.
-llvm::Expected<bool> fitsInMemory(const SearchProblem &p, const Strategy &s);
-
-/// What fitWithLadder found: the time of the rung that fits (or of the
-/// last one simulated), and the rung.
+/// What fitWithLadder found: the rung that fits and its time (0 when none
+/// fits), or the last rung tried.
 struct LadderFit {
   Seconds time = 0;
   bool fits = false;
@@ -198,7 +202,7 @@ struct LadderFit {
 
 /// Evaluates `s` and, while it does not fit, again with each rung of
 /// `ladder` applied; `s` keeps the first that fits (or the last tried).
-/// A rung whose memory does not fit (fitsInMemory) is not simulated.
+/// A rung whose memory does not fit (evaluateIfFits) is not simulated.
 /// `evaluated` counts the simulations. A task graph past taskLimit counts
 /// as not fitting and ends the ladder, as does `o`'s deadline.
 llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,

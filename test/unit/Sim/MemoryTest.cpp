@@ -62,7 +62,7 @@ void checkSameMemory(const Fixture &f, const Strategy &s) {
 TEST_CASE("buildMemory gives build's memory without a task",
           "[Sim][memory]") {
   // Searchers drop a strategy that does not fit before building its task
-  // graph (fitsInMemory): the memory must be build()'s exactly, whatever
+  // graph (evaluateIfFits): the memory must be build()'s exactly, whatever
   // the strategy holds (stages, micro-batches, ZeRO, recomputation, splits
   // of weights across devices).
   Fixture f("transformer_small", 32, "p100-4x4");

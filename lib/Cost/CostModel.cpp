@@ -4,6 +4,7 @@
 
 #include "soap/Cost/OpSignature.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Statistics.h"
 #include <algorithm>
 
 namespace soap {
@@ -94,11 +95,6 @@ const char *dtypeKey(DType t) {
   }
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
                   std::vector<DType> &out) {

@@ -4,6 +4,7 @@
 #include "ExecRules.h"
 #include "Kernels.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Statistics.h"
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>
@@ -47,13 +48,6 @@ void fill(exec::Buf &b, const Box &box, bool floating, uint64_t &state) {
   }
 }
 
-Seconds median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 } // namespace
 

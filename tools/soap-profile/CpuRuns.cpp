@@ -4,6 +4,7 @@
 #include "soap/Cost/CostModel.h"
 #include "soap/Exec/TileTiming.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Statistics.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 #include <algorithm>
@@ -20,11 +21,6 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// Rank 0's decision, known to every rank (a sum where only rank 0 adds).
 bool agree(Comm &comm, bool mine) {

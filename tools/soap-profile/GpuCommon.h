@@ -7,6 +7,7 @@
 #include "GpuSession.h"
 #include "Kernels.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Statistics.h"
 #include <algorithm>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -88,11 +89,6 @@ private:
   size_t bytes_ = 0;
 };
 
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 inline std::vector<int64_t> shape(const Box &b) {
   std::vector<int64_t> s;

@@ -11,6 +11,7 @@
 #include "soap/Sim/Simulator.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
+#include "soap/Support/Statistics.h"
 #include <algorithm>
 #include <cmath>
 
@@ -106,13 +107,6 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double relErr(double predicted, double measured) {
   return std::fabs(predicted - measured) / measured;

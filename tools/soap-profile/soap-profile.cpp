@@ -400,34 +400,42 @@ signaturesToMeasure(std::vector<ReplayPlan> &plans, std::string &device) {
 }
 
 /// What a measuring run covers: the signatures (of the models' spaces or
-/// the plans' tasks), the device they are measured as (--device, else the
-/// topology's or plans'), and what -o already holds of it.
-static llvm::Expected<SignatureSet>
-measureTarget(std::vector<ReplayPlan> &plans, std::string &device,
-              CostDatabase &db) {
-  auto set = signaturesToMeasure(plans, device);
+/// the plans' tasks, which `plans` holds), the device they are measured as
+/// (--device, else the topology's or plans'), and what -o already holds of
+/// it.
+struct MeasureTarget {
+  std::vector<ReplayPlan> plans;
+  std::string device;
+  CostDatabase db;
+  SignatureSet set;
+};
+
+static llvm::Expected<MeasureTarget> measureTarget() {
+  if (outputOpt.empty())
+    return inputError("measuring needs -o profiles/<device>.json");
+  MeasureTarget t;
+  auto set = signaturesToMeasure(t.plans, t.device);
   if (!set)
     return set.takeError();
+  t.set = std::move(*set);
   if (!deviceOpt.empty()) {
     if (!findDevice(deviceOpt))
       return inputError("--device '{}' is not in the device catalog",
                         deviceOpt.getValue());
-    device = deviceOpt;
+    t.device = deviceOpt;
   }
   if (llvm::sys::fs::exists(outputOpt)) {
-    auto old = loadProfileFor(outputOpt, device);
+    auto old = loadProfileFor(outputOpt, t.device);
     if (!old)
       return old.takeError();
-    db = std::move(**old);
+    t.db = std::move(**old);
   }
-  return set;
+  return llvm::Expected<MeasureTarget>(std::move(t));
 }
 
 /// soap-profile --backend cpu: every rank of mpirun measures (see
 /// CpuRuns.h); rank 0 writes the database and prints the summary.
 static llvm::Error runMeasureCpu(Comm &comm) {
-  if (outputOpt.empty())
-    return inputError("measuring needs -o profiles/<device>.json");
   if (warmupOpt < 0 || repeatsOpt < 1)
     return inputError("--warmup must be at least 0 and --repeats at least 1");
   if (*threadsOpt < 0)
@@ -435,18 +443,17 @@ static llvm::Error runMeasureCpu(Comm &comm) {
   if (collectiveBytesOpt < 0)
     return inputError("--collective-bytes must be at least 0, got {}",
                       int64_t(collectiveBytesOpt));
-  std::vector<ReplayPlan> plans;
-  std::string device;
-  CostDatabase db;
-  auto set = measureTarget(plans, device, db);
-  if (!set)
-    return set.takeError();
+  auto target = measureTarget();
+  if (!target)
+    return target.takeError();
+  CostDatabase &db = target->db;
+  const SignatureSet &set = target->set;
   ExecOptions eo;
   eo.threads = *threadsOpt;
   if (auto err = prepareBackend(eo, comm))
     return err;
   CostDatabase fresh;
-  fresh.env.device = device;
+  fresh.env.device = target->device;
   fresh.env.cpuName = cpuModelName();
   fresh.env.cores = availableCores();
   fresh.env.ranks = comm.size();
@@ -461,7 +468,7 @@ static llvm::Error runMeasureCpu(Comm &comm) {
   mo.remeasure = remeasureOpt;
   mo.maxCollectiveBytes = collectiveBytesOpt;
   mo.output = outputOpt;
-  auto sum = measureOnCpu(comm, *set, db, mo);
+  auto sum = measureOnCpu(comm, set, db, mo);
   if (!sum)
     return sum.takeError();
   if (comm.rank() != 0)
@@ -470,7 +477,7 @@ static llvm::Error runMeasureCpu(Comm &comm) {
       "{}: {} signatures: {} measured, {} already there, {} left for a later "
       "run (--time-limit), {} failed; {} kernels in all; {} rank(s) of {} "
       "thread(s) on {} ({} cores; {})\n",
-      outputOpt.getValue(), set->signatures().size(), sum->measured,
+      outputOpt.getValue(), set.signatures().size(), sum->measured,
       sum->have, sum->skipped, sum->failed, db.size(), comm.size(),
       db.env.threadsPerRank, db.env.cpuName, db.env.cores, db.env.libraries);
   for (const auto &[kind, n] : sum->kinds)
@@ -515,14 +522,12 @@ openGpu(llvm::StringRef catalogName) {
 }
 
 static llvm::Error runMeasure() {
-  if (outputOpt.empty())
-    return inputError("measuring needs -o profiles/<device>.json");
-  std::vector<ReplayPlan> plans;
-  std::string device;
-  CostDatabase db;
-  auto set = measureTarget(plans, device, db);
-  if (!set)
-    return set.takeError();
+  auto target = measureTarget();
+  if (!target)
+    return target.takeError();
+  CostDatabase &db = target->db;
+  const SignatureSet &set = target->set;
+  const std::string &device = target->device;
   auto gpu = openGpu(device);
   if (!gpu)
     return gpu.takeError();
@@ -535,13 +540,13 @@ static llvm::Error runMeasure() {
   mo.timeLimitSeconds = timeLimitOpt;
   mo.remeasure = remeasureOpt;
   mo.output = outputOpt;
-  auto sum = measureSignatures(s, *set, db, mo);
+  auto sum = measureSignatures(s, set, db, mo);
   if (!sum)
     return sum.takeError();
   llvm::outs() << fmt::format(
       "{}: {} signatures: {} measured, {} already there, {} left for a later "
       "run (--time-limit), {} failed; {} kernels in all\n",
-      outputOpt.getValue(), set->signatures().size(), sum->measured,
+      outputOpt.getValue(), set.signatures().size(), sum->measured,
       sum->have, sum->skipped, sum->failed, db.size());
   for (const auto &[what, n] : sum->methods)
     llvm::outs() << fmt::format("  {} {}\n", what, n);

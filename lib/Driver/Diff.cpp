@@ -76,6 +76,8 @@ llvm::Error runDiff(const DriverOptions &o) {
   if (!sb)
     return sb.takeError();
   SimContext ctx = s.problem().context();
+  // Every device's own tasks (explained, or changed op by op).
+  ctx.fold = false;
   auto tgB = TaskGraph::build(ctx, *sb);
   if (!tgB)
     return tgB.takeError();

@@ -274,6 +274,8 @@ llvm::Error runExplain(const DriverOptions &o) {
     return ps.takeError();
   Session &s = *ps->session;
   SimContext ctx = s.problem().context();
+  // Every device's own tasks (explained, or changed op by op).
+  ctx.fold = false;
   auto tg = TaskGraph::build(ctx, ps->strategy);
   if (!tg)
     return tg.takeError();

@@ -218,6 +218,7 @@ llvm::Error Topology::finalize() {
                            : 0;
     nonBlocking_[l.id] = bound > 0 && l.bandwidthBytesPerSec >= bound;
   }
+  resetFoldCache();
   routes_.assign(n * n, {});
   pathBandwidth_.assign(n * n, std::numeric_limits<double>::infinity());
   pathLatency_.assign(n * n, 0.0);

@@ -87,6 +87,17 @@ public:
     auto built = TaskGraph::build(ctx, initial);
     if (!built)
       return built.takeError();
+    // A folded chain (Sim/Fold.h) takes only proposals that keep the fold,
+    // so fold only where the full graph would pass taskLimit (1,024 GPUs):
+    // elsewhere the chain walks the whole space, as FlexFlow's does.
+    if (built->fold().active() &&
+        built->numAlive() * size_t(built->fold().factor) <= ctx.maxTasks) {
+      ctx.fold = false;
+      built = TaskGraph::build(ctx, initial);
+      if (!built)
+        return built.takeError();
+    }
+    folded_ = built->fold();
     auto tg = std::make_unique<TaskGraph>(std::move(*built));
     auto sim = std::make_unique<Simulator>(*tg);
     Seconds cur = sim->simulateFull();
@@ -206,8 +217,15 @@ public:
         else
           local = false;
       }
-      if (!local)
+      if (!local) {
         next = space_.sample(op, rng);
+        // A folded chain draws until the configuration keeps the fold.
+        for (int tries = 1; folded_.active() && tries < 32 &&
+                            !configFolds(next, g.op(op).sem, folded_.block,
+                                         folded_.period);
+             ++tries)
+          next = space_.sample(op, rng);
+      }
       // Under a pipeline an op stays on its stage's device group.
       if (tg->strategy().pipeline.active() &&
           !placeInRange(groups_[size_t(tg->strategy().pipeline.stage(op))],
@@ -301,6 +319,8 @@ private:
   /// Each stage's device range, derived when the chain's structure (its
   /// stages) changes, not per proposal: an op's proposals stay inside it.
   std::vector<DeviceRange> groups_;
+  /// The fold of the chain's graphs (inactive: the full graphs).
+  Fold folded_;
 };
 
 class McmcSearcher : public Searcher {

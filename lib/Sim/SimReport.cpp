@@ -35,6 +35,7 @@ Json simReport(const Simulator &sim, const SimMetrics &m,
       {"iteration_s", m.iterationTime},
       {"samples_per_s", m.iterationTime > 0 ? samples / m.iterationTime : 0},
       {"tasks", m.numTasks},
+      {"fold", m.fold},
       {"compute_s", m.computeTime},
       {"transfer_bytes", m.transferBytes},
       {"transfer_bytes_by_link_class", classes},
@@ -80,8 +81,13 @@ void printSimReport(const Json &r, llvm::raw_ostream &os) {
                     bytes(r["transfer_bytes"]),
                     classes.empty() ? "" : " (" + classes + ")",
                     bytes(r["collective_bytes"]));
-  os << fmt::format("compute: {} summed over devices; {} tasks\n",
-                    ms(r["compute_s"]), r["tasks"].get<size_t>());
+  int fold = r.value("fold", 1);
+  os << fmt::format("compute: {} summed over devices; {} tasks{}\n",
+                    ms(r["compute_s"]), r["tasks"].get<size_t>(),
+                    fold > 1 ? fmt::format(" (one of {} identical device "
+                                           "groups simulated)",
+                                           fold)
+                             : std::string());
   os << fmt::format("critical path: {} tasks: compute {}, transfers {}, "
                     "all-reduces {}, updates {}\n\n",
                     cp["tasks"].get<size_t>(), ms(cp["compute_s"]),

@@ -133,8 +133,13 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c) {
         {tasks[t].key,
          {tasks[t].ready, tasks[t].start, tasks[t].end, tasks[t].seq}});
   OpConfig previous = tg_.strategy().configs[o];
-  if (auto err = tg_.changeConfig(o, c, changed, removedReady))
+  if (auto err = tg_.changeConfig(o, c, changed, removedReady)) {
+    // A folded graph refused the configuration after rebuilding segments:
+    // the previous timeline again, under the rebuilt tasks' ids.
+    if (tg_.restoredAfterBreak())
+      simulateFull();
     return err;
+  }
   if (remaining_.size() < tasks.size())
     remaining_.resize(tasks.size(), 0);
   if (mark_.size() < tasks.size())
@@ -365,33 +370,37 @@ SimMetrics Simulator::metrics() const {
       m.peakDevice = d;
     }
   m.fits = m.peakMemory <= m.capacity;
+  m.fold = tg_.fold().factor;
   uint32_t n = static_cast<uint32_t>(topo.numDevices());
   for (TaskId id = 0; id < tasks.size(); ++id) {
     const Task &t = tasks[id];
     if (!t.alive)
       continue;
     ++m.numTasks;
+    // A folded graph's task stands for one per block, but a spanning
+    // collective for itself.
+    int64_t copies = t.spans ? 1 : m.fold;
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
     case TaskKind::Update:
-      m.computeTime += t.exe;
+      m.computeTime += t.exe * double(copies);
       break;
     case TaskKind::Transfer: {
-      m.transferBytes += t.bytes;
+      m.transferBytes += t.bytes * copies;
       std::set<LinkClass> classes;
       for (uint32_t r : t.resources)
         if (r >= n) // (a CPU's transfer also occupies its devices)
           classes.insert(topo.link(r - n).cls);
       for (LinkClass c : classes)
-        m.transferBytesByClass[c] += t.bytes;
+        m.transferBytesByClass[c] += t.bytes * copies;
       break;
     }
     case TaskKind::Collective: {
       // A ring all-reduce: each of n devices sends 2 (n - 1) / n of it;
       // a ring all-gather or reduce-scatter half that.
       m.collectiveBytes += (t.comm == Collective::AllReduce ? 2 : 1) *
-                           (Bytes(t.groupSize) - 1) * t.bytes;
+                           (Bytes(t.groupSize) - 1) * t.bytes * copies;
       break;
     }
     case TaskKind::Gate:

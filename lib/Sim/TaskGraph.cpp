@@ -78,6 +78,17 @@ std::error_code TaskGraphTooLarge::convertToErrorCode() const {
   return std::make_error_code(std::errc::not_enough_memory);
 }
 
+char FoldBroken::ID = 0;
+
+void FoldBroken::log(llvm::raw_ostream &os) const {
+  os << "the configuration of " << op_
+     << " does not keep the task graph's fold";
+}
+
+std::error_code FoldBroken::convertToErrorCode() const {
+  return std::make_error_code(std::errc::invalid_argument);
+}
+
 llvm::Error dropTooLarge(llvm::Error err, bool &tooLarge) {
   tooLarge = false;
   return llvm::handleErrors(
@@ -100,6 +111,9 @@ TaskId TaskGraph::newTask(Task t) {
 }
 
 void TaskGraph::link(TaskId from, TaskId to) {
+  // A folded graph has no tasks past block 0 (kNoTask in their places).
+  if (from == kNoTask || to == kNoTask)
+    return;
   tasks_[from].succs.push_back(to);
   tasks_[to].preds.push_back(from);
   predsChanged_.push_back(to);
@@ -186,10 +200,15 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   int32_t reps = c.replicas;
   int32_t m = strategy_.pipeline.microBatches;
   int64_t per = tiles * reps; // tasks per micro-batch
-  ot.fwd.resize(size_t(m * per));
-  ot.bwd.resize(size_t(m * per));
+  ot.fwd.assign(size_t(m * per), kNoTask);
+  ot.bwd.assign(size_t(m * per), kNoTask);
   uint32_t uo = static_cast<uint32_t>(o);
   for (int64_t k = 0; k < tiles; ++k) {
+    bool any = false;
+    for (int32_t r = 0; r < reps; ++r)
+      any = any || mine(c.device(k, r));
+    if (!any)
+      continue;
     // Every micro-batch's tile has the same extents: one kernel time.
     auto kt = kernelTimes(o, microBatchTile(c, op.sem, k, 0, m));
     if (!kt)
@@ -197,6 +216,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     for (int32_t mb = 0; mb < m; ++mb)
       for (int32_t r = 0; r < reps; ++r) {
         DeviceId d = c.device(k, r);
+        if (!mine(d))
+          continue;
         uint64_t rk = (uint64_t(mb) << 32) | uint64_t(r);
         Task f;
         f.kind = TaskKind::Forward;
@@ -253,7 +274,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
             if (!op.sem.loops[l].statReduced)
               rows *= box.hi[l] - box.lo[l];
           std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
-          if (devs.size() < 2)
+          if (devs.size() < 2 || !foldKeeps(devs))
             continue;
           TaskId t = collective(CollectiveRole::Statistics,
                                 key(TaskKind::Collective, uo, pass,
@@ -290,7 +311,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
       for (int pass = 0; pass < 2; ++pass)
         for (int64_t gi = 0; gi < groups; ++gi) {
           std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
-          if (devs.size() < 2)
+          if (devs.size() < 2 || !foldKeeps(devs))
             continue;
           // The state one step needs: the rows of the tile's other loops
           // (one step of the recurrence loop, no gates) times the whole of
@@ -343,7 +364,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
             static_cast<int>(j),
             microBatchTile(c, op.sem, mem[size_t(gi)][0], mb, m));
         std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
-        if (devs.size() < 2)
+        if (devs.size() < 2 || !foldKeeps(devs))
           continue;
         TaskId t = collective(CollectiveRole::PartialSum,
                               key(TaskKind::Collective, uo,
@@ -405,11 +426,13 @@ void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
 }
 
 llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
-                                             const Strategy &s) {
+                                             const Strategy &s, bool fold) {
   if (auto err = verifyStrategy(s, ctx.graph, ctx.topo))
     return llvm::Error(std::move(err));
   TaskGraph tg(ctx);
   tg.strategy_ = s;
+  if (fold)
+    tg.fold_ = strategyFold(ctx.graph, ctx.topo, s);
   const Graph &g = ctx.graph;
   tg.opTasks_.resize(g.numOps());
   tg.edgesOfOp_.resize(g.numOps());
@@ -462,21 +485,57 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
   return llvm::Expected<TaskGraph>(std::move(tg));
 }
 
+bool TaskGraph::foldKeeps(const std::vector<DeviceId> &devs) {
+  if (!fold_.active())
+    return true;
+  size_t inFirst = 0;
+  for (DeviceId d : devs)
+    inFirst += mine(d);
+  if (inFirst == devs.size())
+    return true;
+  if (inFirst == 0)
+    return false;
+  for (DeviceId d : devs)
+    if (!std::binary_search(devs.begin(), devs.end(), fold_.next(d))) {
+      foldBroken_ = true;
+      break;
+    }
+  return true;
+}
+
+void TaskGraph::mirrorMemory() {
+  if (!fold_.active())
+    return;
+  for (DeviceId d = 0; d < mem_.size(); ++d)
+    if (!mine(d))
+      mem_[d] = mem_[fold_.home(d)];
+}
+
 llvm::Expected<TaskGraph> TaskGraph::buildMemory(const SimContext &ctx,
                                                  const Strategy &s) {
-  auto tg = prepare(ctx, s);
+  auto tg = prepare(ctx, s, ctx.fold);
   if (!tg)
     return tg.takeError();
   tg->memoryOnly_ = true;
   std::vector<TaskId> none;
   for (ValueId w : tg->weights_)
     tg->buildWeight(w, none);
+  tg->mirrorMemory();
   return tg;
 }
 
 llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
                                            const Strategy &s) {
-  auto built = prepare(ctx, s);
+  auto built = buildGraph(ctx, s, ctx.fold);
+  // Something crosses blocks after all: the full graph.
+  if (built && built->foldBroken_)
+    return buildGraph(ctx, s, false);
+  return built;
+}
+
+llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
+                                                const Strategy &s, bool fold) {
+  auto built = prepare(ctx, s, fold);
   if (!built)
     return built.takeError();
   TaskGraph &tg = *built;
@@ -509,6 +568,7 @@ llvm::Expected<TaskGraph> TaskGraph::build(const SimContext &ctx,
   for (int32_t st = 0; st < s.pipeline.numStages(); ++st)
     tg.buildStage(st, tg.stageTasks_[size_t(st)]);
   tg.predsChanged_.clear();
+  tg.mirrorMemory();
   return built;
 }
 
@@ -519,6 +579,10 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
                               ctx_->graph.where(o)))
     return err;
+  restoredAfterBreak_ = false;
+  if (fold_.active() &&
+      !configFolds(c, op.sem, fold_.block, fold_.period))
+    return llvm::make_error<FoldBroken>(ctx_->graph.where(o));
   const Pipeline &pipe = strategy_.pipeline;
   if (pipe.active()) {
     // The new configuration must keep the stages' device groups disjoint
@@ -548,6 +612,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   }
   for (ValueId w : ws)
     removeWeight(w, touched, removedReady);
+  OpConfig previous = strategy_.configs[o];
   addOpMemory(o, -1);
   strategy_.configs[o] = c;
   addOpMemory(o, +1);
@@ -568,6 +633,19 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     changed.insert(changed.end(), stageTasks_[st].begin(),
                    stageTasks_[st].end());
   }
+  if (foldBroken_) {
+    // A transfer or collective crosses blocks: put the previous
+    // configuration back (it folds).
+    foldBroken_ = false;
+    std::vector<TaskId> ch;
+    std::vector<Seconds> rr;
+    OpConfig prev = previous;
+    if (auto err = changeConfig(o, prev, ch, rr))
+      return err;
+    restoredAfterBreak_ = true;
+    return llvm::make_error<FoldBroken>(ctx_->graph.where(o));
+  }
+  mirrorMemory();
   for (TaskId t : touched)
     if (tasks_[t].alive)
       changed.push_back(t);
@@ -680,6 +758,11 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     }
   }
   for (int64_t k = 0; k < c.numTiles(); ++k) {
+    bool any = false;
+    for (int32_t r = 0; r < c.replicas; ++r)
+      any = any || mine(c.device(k, r));
+    if (!any)
+      continue;
     Box tile = c.tile(op.sem, k);
     Box mbTile = microBatchTile(c, op.sem, k, 0, m);
     Bytes kept = keptBytes(g, strategy_, o, mbTile);
@@ -744,6 +827,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     during += gathered;
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
+      if (!mine(d))
+        continue;
       DeviceMemory &dm = mem_[d];
       PeakTree &t = peaks_[d];
       if (t.size == 0)

@@ -59,6 +59,27 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
       static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
   t.groupSize = static_cast<uint32_t>(devs.size());
   t.resources = ringResources(devs);
+  if (fold_.active() && !std::all_of(devs.begin(), devs.end(),
+                                     [&](DeviceId d) { return mine(d); })) {
+    // Spanning blocks (foldKeeps): on every block's own device or link it
+    // uses, it must use block 0's copy too (Fold.h).
+    t.spans = true;
+    uint32_t n = static_cast<uint32_t>(ctx_->topo.numDevices());
+    auto uses = [&](uint32_t r) {
+      return std::binary_search(t.resources.begin(), t.resources.end(), r);
+    };
+    for (uint32_t r : t.resources) {
+      if (r < n) {
+        if (!uses(fold_.home(r)))
+          foldBroken_ = true;
+        continue;
+      }
+      LinkId l = r - n;
+      if (fold_.machine->linkGroup[l] > 0 &&
+          !uses(n + fold_.machine->linkInFirst[l]))
+        foldBroken_ = true;
+    }
+  }
   return newTask(std::move(t));
 }
 
@@ -171,6 +192,13 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   auto transfer = [&](TaskId from, TaskId to, DeviceId a, DeviceId b,
                       Bytes bytes, uint32_t dir, int64_t kp, int64_t kc,
                       int32_t r) {
+    if (fold_.active()) {
+      // Block 0's own transfers only; one between blocks breaks the fold.
+      if (mine(a) != mine(b))
+        foldBroken_ = true;
+      if (!mine(a) || !mine(b))
+        return;
+    }
     if (count) {
       *count += a != b;
       return;
@@ -399,6 +427,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
           v *= bk[bk.size() / 2 + l] - bk[l];
         elems += v;
       }
+      if (!mine(d))
+        continue;
       DeviceMemory dm;
       dm.weights = part(elems * per.weight, 3);
       dm.gradients = part(elems * per.gradient, 2);
@@ -409,7 +439,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       mm.optimizer += dm.optimizer;
       memory.emplace_back(d, dm);
     }
-    if (memoryOnly_) {
+    if (memoryOnly_ || !foldKeeps(devs)) {
       ++gi;
       continue;
     }
@@ -483,6 +513,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
                   ctx_->cost.device().launchOverhead;
     std::vector<TaskId> updates;
     for (DeviceId d : devs) {
+      if (!mine(d))
+        continue;
       Task u;
       u.kind = TaskKind::Update;
       u.key = key(TaskKind::Update, uint32_t(w), gi, d);

@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -176,6 +177,28 @@ public:
   /// ascending.
   std::vector<std::vector<DeviceId>> groupsAt(Level level) const;
 
+  /// Groups of devices a strategy treating every group alike may be
+  /// simulated on one of (issue 18, Sim/Fold.h). The devices split into
+  /// periods of `period` devices, each period into `period / block` blocks
+  /// of whole nodes; group j is the j-th block of every period, and group
+  /// j's devices are group 0's moved j blocks on within their period. Valid
+  /// when the routes among group j's devices are group 0's moved (link for
+  /// link, the same class, bandwidth, latency and contention), and no
+  /// contended link is on the routes of two groups.
+  struct FoldBlock {
+    uint32_t block = 0, period = 0;
+    /// Per directed link: the group whose routes use it, if contended (-1:
+    /// none, or not contended), and the group-0 link it moves from.
+    std::vector<int32_t> linkGroup;
+    std::vector<LinkId> linkInFirst;
+  };
+  /// The (block, period) pairs to try, most groups first: blocks of whole
+  /// nodes, block < period, both dividing the devices.
+  std::vector<std::pair<uint32_t, uint32_t>> foldCandidates() const;
+  /// The FoldBlock of (block, period) when it is valid, else null; checked
+  /// once per pair (thread-safe) and kept while the topology lives.
+  const FoldBlock *foldBlock(uint32_t block, uint32_t period) const;
+
 private:
   std::string name_, description_, intraKind_;
   DeviceSpec spec_{};
@@ -189,6 +212,11 @@ private:
   std::vector<std::vector<LinkId>> routes_; ///< n x n, row-major
   std::vector<double> pathBandwidth_;
   std::vector<Seconds> pathLatency_;
+  struct FoldCache;
+  /// Shared by copies (a finalized topology does not change).
+  std::shared_ptr<FoldCache> foldCache_;
+  std::unique_ptr<FoldBlock> checkFold(uint32_t block, uint32_t period) const;
+  void resetFoldCache();
 };
 
 } // namespace soap

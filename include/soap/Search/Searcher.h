@@ -23,8 +23,12 @@ struct SearchProblem {
   const CostModel &cost;
   const CollectiveModel &collectives;
   Optimizer optimizer = Optimizer::Sgd;
+  /// Symmetric strategies are simulated folded (Sim/Fold.h): the same
+  /// timeline from one group of devices.
   SimContext context() const {
-    return SimContext{graph, topo, cost, collectives, optimizer};
+    SimContext c{graph, topo, cost, collectives, optimizer};
+    c.fold = true;
+    return c;
   }
 };
 

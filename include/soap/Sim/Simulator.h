@@ -41,7 +41,9 @@ struct SimMetrics {
   size_t criticalPathTasks = 0;
   Seconds criticalCompute = 0, criticalTransfer = 0, criticalCollective = 0,
           criticalUpdate = 0;
-  size_t numTasks = 0;
+  size_t numTasks = 0; ///< simulated (a folded graph's: block 0's)
+  /// Blocks the graph was folded over (TaskGraph::fold; 1: not folded).
+  int32_t fold = 1;
 };
 
 class Simulator {

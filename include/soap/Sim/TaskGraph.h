@@ -13,6 +13,7 @@
 #include "soap/Cost/CostModel.h"
 #include "soap/Machine/Collectives.h"
 #include "soap/Parallel/Strategy.h"
+#include "soap/Sim/Fold.h"
 #include <map>
 #include <set>
 #include <vector>
@@ -85,6 +86,10 @@ struct Task {
   /// received or keeps it as a saved input (`saved`), so no receive buffer
   /// is left when the backward pass peaks.
   int32_t bufferDevice = -1;
+  /// A collective of a folded graph whose devices span blocks (one task
+  /// for all of them); every other task of a folded graph stands for one
+  /// per block.
+  bool spans = false;
   bool alive = false;
   // Filled by the simulator.
   Seconds ready = 0, start = 0, end = 0;
@@ -102,6 +107,9 @@ struct SimContext {
   /// TaskGraph::build gives up (TaskGraphTooLarge) past this many tasks; 0:
   /// no limit. Searchers skip a start whose graph would not fit in RAM.
   size_t maxTasks = 0;
+  /// Fold a symmetric strategy (Fold.h): the same timeline, memory and
+  /// iteration time from block 0's tasks.
+  bool fold = false;
 };
 
 /// TaskGraph::build passed SimContext::maxTasks.
@@ -114,6 +122,19 @@ public:
 
 private:
   size_t limit_;
+};
+
+/// TaskGraph::changeConfig on a folded graph was given a configuration that
+/// does not fold: the graph keeps the previous one.
+class FoldBroken : public llvm::ErrorInfo<FoldBroken> {
+public:
+  static char ID;
+  explicit FoldBroken(std::string op) : op_(std::move(op)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override;
+
+private:
+  std::string op_;
 };
 
 /// `err` with a TaskGraphTooLarge taken out: success when that was all it
@@ -137,7 +158,10 @@ public:
   /// Changes op `o`'s configuration, rebuilding its segments in place.
   /// `changed` receives every task whose existence, edges or time changed
   /// (new tasks and neighbours whose edges changed) and `removedReady` the
-  /// old ready times of removed tasks, for the delta simulator.
+  /// old ready times of removed tasks, for the delta simulator. A folded
+  /// graph takes only a configuration that keeps the fold (FoldBroken
+  /// otherwise, the previous configuration kept; restoredAfterBreak()
+  /// says whether its segments were rebuilt meanwhile).
   llvm::Error changeConfig(OpId o, const OpConfig &c,
                            std::vector<TaskId> &changed,
                            std::vector<Seconds> &removedReady);
@@ -154,6 +178,12 @@ public:
     return ctx_->topo.numDevices() + ctx_->topo.links().size();
   }
   const SimContext &context() const { return *ctx_; }
+  /// The fold this graph was built with (Fold.h; inactive: the full graph).
+  const Fold &fold() const { return fold_; }
+  /// Whether the last changeConfig() failed with FoldBroken after
+  /// rebuilding segments (the previous configuration was rebuilt: the
+  /// tasks' ids changed, so a simulation must start again).
+  bool restoredAfterBreak() const { return restoredAfterBreak_; }
 
   /// Memory each device holds at its peak: weights, gradients and optimizer
   /// state of its shards, each counted once per device; saved activations
@@ -187,7 +217,17 @@ private:
   explicit TaskGraph(const SimContext &ctx) : ctx_(&ctx) {}
   /// build() and buildMemory(): the edges, weights and memory.
   static llvm::Expected<TaskGraph> prepare(const SimContext &ctx,
-                                           const Strategy &s);
+                                           const Strategy &s, bool fold);
+  static llvm::Expected<TaskGraph> buildGraph(const SimContext &ctx,
+                                              const Strategy &s, bool fold);
+  /// Whether device `d` has tasks in this graph (block 0 of a fold).
+  bool mine(DeviceId d) const { return fold_.first(d); }
+  /// Whether a collective over `devs` (ascending) is in this graph: not
+  /// when every device is past block 0; spanning blocks, only when the
+  /// fold maps `devs` onto itself (else the fold is broken).
+  bool foldKeeps(const std::vector<DeviceId> &devs);
+  /// Every block's devices' memory from block 0's.
+  void mirrorMemory();
 
   struct Edge {
     OpId producer;
@@ -252,6 +292,10 @@ private:
   std::vector<TaskId> predsChanged_; ///< during changeConfig
   std::vector<int64_t> work_;        ///< per resource, picoseconds
   bool memoryOnly_ = false;          ///< buildMemory(): no tasks
+  Fold fold_;
+  /// Set while building when something crosses blocks (Fold.h).
+  bool foldBroken_ = false;
+  bool restoredAfterBreak_ = false;
 
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);

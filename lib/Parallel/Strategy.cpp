@@ -293,12 +293,76 @@ Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile) {
   return Bytes(bytes);
 }
 
+bool recomputeMatters(const Graph &g, const Strategy &s, OpId o) {
+  const Op &op = g.op(o);
+  if (savesActivations(op.sem))
+    return true;
+  for (ValueId v : op.outputs)
+    if (v != kNoValue)
+      for (OpId u : g.value(v).users)
+        if (s.recomputes(u))
+          return true;
+  return false;
+}
+
+std::vector<OpId> checkpointOps(const Graph &g) {
+  // Walk the ops in id (topological) order, counting the activations
+  // produced so far that a later op still reads. Only the batch's count
+  // (outputs of ops with a sample loop): a mask or position table that
+  // every block reads is small, and kept or made again where it is read.
+  std::vector<int64_t> readers(g.numValues(), 0);
+  for (const Op &op : g.ops())
+    if (sampleLoop(op.sem) >= 0)
+      for (ValueId v : op.outputs)
+        if (v != kNoValue)
+          for (OpId u : std::set<OpId>(g.value(v).users.begin(),
+                                       g.value(v).users.end()))
+            readers[size_t(v)] += u > op.id;
+  std::vector<OpId> cuts;
+  int64_t live = 0;
+  for (const Op &op : g.ops()) {
+    for (size_t j = 0; j < op.inputs.size(); ++j) {
+      ValueId v = op.inputs[j];
+      // Each reading op (not each input slot) retires one reader.
+      if (v == kNoValue || readers[size_t(v)] == 0 ||
+          g.value(v).producer >= op.id ||
+          std::find(op.inputs.begin(), op.inputs.begin() + long(j), v) !=
+              op.inputs.begin() + long(j))
+        continue;
+      if (--readers[size_t(v)] == 0)
+        --live;
+    }
+    int64_t mine = 0;
+    for (ValueId v : op.outputs)
+      if (v != kNoValue && readers[size_t(v)] > 0)
+        ++mine;
+    live += mine;
+    if (mine == 1 && live == 1 && size_t(op.id) + 1 < g.numOps())
+      cuts.push_back(op.id);
+  }
+  return cuts;
+}
+
 std::vector<uint8_t> recomputePolicy(const Graph &g, bool full) {
   std::vector<uint8_t> r(g.numOps(), 0);
+  if (!full) {
+    for (const Op &op : g.ops())
+      r[size_t(op.id)] =
+          savesActivations(op.sem) && op.sem.weightInputs.empty();
+    return r;
+  }
   for (const Op &op : g.ops())
-    r[size_t(op.id)] =
-        savesActivations(op.sem) && (full || op.sem.weightInputs.empty());
-  return r;
+    r[size_t(op.id)] = 1;
+  for (OpId o : checkpointOps(g))
+    r[size_t(o)] = 0;
+  // Readers come after their producers: one pass from the end drops every
+  // op whose recomputation would mean nothing.
+  Strategy s;
+  s.recompute = r;
+  for (size_t u = g.numOps(); u-- > 0;)
+    if (s.recompute[u] && !recomputeMatters(g, s, OpId(u)))
+      s.recompute[u] = 0;
+  return s.recompute;
 }
 
 int weightZeroStage(const Graph &g, const Strategy &s, ValueId w) {
@@ -370,9 +434,9 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                         "the graph has {}",
                         g.sourcePath, s.recompute.size(), g.numOps());
     for (const Op &o : g.ops())
-      if (s.recomputes(o.id) && !savesActivations(o.sem))
+      if (s.recomputes(o.id) && !recomputeMatters(g, s, o.id))
         return inputError("{}: recomputed, but it saves nothing for "
-                          "backward",
+                          "backward and no recomputed op reads its output",
                           g.where(o.id));
   }
   if (!s.zero.empty()) {

@@ -138,9 +138,9 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
                       errorMessage(std::move(err)));
   for (size_t i = 0; i < p.ops.size(); ++i) {
     OpId id = g.findOp(p.ops[i].name);
-    if (p.ops[i].recompute && !savesActivations(g.op(id).sem))
+    if (p.ops[i].recompute && !recomputeMatters(g, s, id))
       return inputError("{}: {}: op '{}' is recomputed, but it saves nothing "
-                        "for backward",
+                        "for backward and no recomputed op reads its output",
                         planPath.str(),
                         jsonPointer(jsonPointer("/ops", i), "recompute"),
                         p.ops[i].name);
@@ -212,9 +212,9 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
     if (auto err = verifyPipeline(whole, g))
       add(errorMessage(std::move(err)));
     for (const Op &op : g.ops())
-      if (whole.recomputes(op.id) && !savesActivations(op.sem))
+      if (whole.recomputes(op.id) && !recomputeMatters(g, whole, op.id))
         add(fmt::format("op '{}' ({}) is recomputed, but it saves nothing "
-                        "for backward",
+                        "for backward and no recomputed op reads its output",
                         op.name, op.kind));
     for (const Op &op : g.ops()) {
       int z = whole.zeroStage(op.id);

@@ -28,6 +28,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// Tasks of a start's full graph past which its chain is folded.
+constexpr size_t kFoldAbove = size_t(1) << 20;
+
 /// The configuration `from` (a neighbour's) adapted to op `o`: loops are
 /// matched by class, in order (first Sample loop to first Sample loop, ...),
 /// devices copied. nullopt when the result is not a valid configuration.
@@ -88,10 +91,11 @@ public:
     if (!built)
       return built.takeError();
     // A folded chain (Sim/Fold.h) takes only proposals that keep the fold,
-    // so fold only where the full graph would pass taskLimit (1,024 GPUs):
+    // so fold only where the full graph passes a million tasks (hundreds of
+    // GPUs), where an asymmetric proposal costs seconds to simulate:
     // elsewhere the chain walks the whole space, as FlexFlow's does.
     if (built->fold().active() &&
-        built->numAlive() * size_t(built->fold().factor) <= ctx.maxTasks) {
+        built->numAlive() * size_t(built->fold().factor) <= kFoldAbove) {
       ctx.fold = false;
       built = TaskGraph::build(ctx, initial);
       if (!built)

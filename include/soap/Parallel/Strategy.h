@@ -141,15 +141,28 @@ std::vector<uint8_t> zeroPolicy(const Graph &g, const Strategy &s, int stage);
 /// kept op (or the graph's input) produced.
 Bytes keptBytes(const Graph &g, const Strategy &s, OpId o, const Box &tile);
 
-/// Which ops save anything for backward (recomputing the others means
-/// nothing).
+/// Which ops save anything for backward.
 bool savesActivations(const OpSemantics &sem);
+
+/// Whether recomputing op `o` under `s` means anything: it saves something
+/// for backward, or a recomputed op reads its output (it runs again for
+/// them, so that its output is not kept: a block of recomputed ops keeps
+/// only what enters the block).
+bool recomputeMatters(const Graph &g, const Strategy &s, OpId o);
+
+/// The checkpoints of full recomputation: the ops after which the output
+/// is the only activation still to be read (the residual stream between a
+/// transformer's blocks, the output of each stage of a CNN), ascending.
+std::vector<OpId> checkpointOps(const Graph &g);
 
 /// Recomputation policies for the searchers and baselines: `selective`
 /// recomputes every op without weights that saves something (norms,
 /// activations, softmax, dropout: cheap to run again, large to keep, as
-/// Megatron's selective recomputation); `full` every op that saves
-/// something, keeping only the graph's inputs.
+/// Megatron's selective recomputation); `full` every op but the
+/// checkpoints (checkpointOps) and the ops whose recomputation means
+/// nothing: each block between two checkpoints runs its forward again in
+/// backward from what entered it, as Megatron's full recomputation keeps
+/// only each layer's input.
 std::vector<uint8_t> recomputePolicy(const Graph &g, bool full);
 
 /// The pipeline's part of verifyStrategy (stages, device groups,

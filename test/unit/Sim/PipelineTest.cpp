@@ -182,6 +182,36 @@ TEST_CASE("activation recomputation trades saved bytes for a forward again",
     }
 }
 
+TEST_CASE("full recomputation keeps only the residual stream",
+          "[Sim][recompute]") {
+  // A GPT's blocks (the zoo's 1.3B export, shapes only): the checkpoints
+  // are the residual Adds, two per block, and the rest of each block runs
+  // again in backward from them, reshapes and Adds included.
+  auto g = zooModel("gpt3_1_3b", 8);
+  std::vector<OpId> cuts = checkpointOps(*g);
+  size_t adds = 0;
+  for (OpId o : cuts)
+    adds += g->op(o).kind == "Add";
+  INFO(cuts.size() << " checkpoints, " << adds << " Adds");
+  REQUIRE(adds >= 2 * 24); // 24 blocks
+  REQUIRE(cuts.size() <= adds + 8); // and the embedding and head's ops
+  std::vector<uint8_t> full = recomputePolicy(*g, true);
+  Strategy s;
+  s.recompute = full;
+  size_t nonSaving = 0;
+  for (const Op &op : g->ops()) {
+    if (!full[size_t(op.id)])
+      continue;
+    REQUIRE(recomputeMatters(*g, s, op.id));
+    nonSaving += !savesActivations(op.sem);
+  }
+  CHECK(nonSaving > 24); // reshapes, transposes, Adds inside the blocks
+  // Block 3's checkpoint is kept; everything between it and the next one
+  // is recomputed or saves nothing and feeds nothing recomputed.
+  for (OpId o : cuts)
+    CHECK(!full[size_t(o)]);
+}
+
 TEST_CASE("delta simulation equals full simulation with recomputation",
           "[Sim][recompute]") {
   Fixture f("transformer_small", 32, "p100-4x4");

@@ -32,6 +32,7 @@ llvm::Error runSimulate(const DriverOptions &o) {
     strategy = std::move(*b);
   }
   SimContext ctx = s->problem().context();
+  ctx.fold = !o.noFold;
   auto tg = TaskGraph::build(ctx, strategy);
   if (!tg)
     return tg.takeError();

@@ -143,6 +143,12 @@ static cl::opt<std::string>
                       "(chrome://tracing, Perfetto)"),
              cl::value_desc("trace.json"), cl::sub(simulateCmd),
              cl::cat(soapCat));
+static cl::opt<bool> noFoldOpt(
+    "no-fold",
+    cl::desc("Simulate every device's tasks even when the strategy treats "
+             "groups of nodes alike (by default one group is simulated: the "
+             "same timeline; a trace then shows group 0's devices)"),
+    cl::sub(simulateCmd), cl::cat(soapCat));
 
 static cl::opt<std::string> searchOpt(
     "search",
@@ -297,6 +303,7 @@ static DriverOptions driverOptions() {
   o.format = format;
   o.strategy = strategyOpt;
   o.tracePath = traceOpt;
+  o.noFold = noFoldOpt;
   o.search = searchOpt;
   o.budget = budgetOpt;
   o.timeout = timeoutOpt;

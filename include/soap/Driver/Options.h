@@ -29,6 +29,7 @@ struct DriverOptions {
   // simulate
   std::string strategy = "data";
   std::string tracePath;
+  bool noFold = false; ///< --no-fold: every device's tasks
 
   // search, compare, check --research
   std::string search = "mcmc";

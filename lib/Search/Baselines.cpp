@@ -11,11 +11,14 @@
 
 namespace soap {
 
-llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
-                                          const ConfigSpace &space) {
+llvm::Expected<std::optional<Strategy>>
+balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
+                 const SearchOptions *o) {
   Strategy s;
   int64_t n = static_cast<int64_t>(p.topo.numDevices());
   for (const Op &op : p.graph.ops()) {
+    if (o && o->pastDeadline())
+      return std::optional<Strategy>();
     int64_t most = 0;
     for (const auto &[degree, replicas] : space.shapes(op.id)) {
       OpConfig c{degree, replicas, {}};
@@ -40,7 +43,7 @@ llvm::Expected<Strategy> balancedStrategy(const SearchProblem &p,
     }
     s.configs.push_back(std::move(*best));
   }
-  return s;
+  return std::optional<Strategy>(std::move(s));
 }
 
 namespace {
@@ -49,10 +52,20 @@ public:
   explicit BuiltinSearcher(std::string name) : name_(std::move(name)) {}
   llvm::Expected<SearchResult> search(const SearchProblem &p,
                                       const SearchOptions &o) override {
-    llvm::Expected<Strategy> s =
-        name_ == "balanced"
-            ? balancedStrategy(p, ConfigSpace(p.graph, p.topo, o.space))
-            : builtinStrategy(name_, p.graph, p.topo);
+    llvm::Expected<Strategy> s = Strategy();
+    if (name_ == "balanced") {
+      auto b = balancedStrategy(p, ConfigSpace(p.graph, p.topo, o.space), &o);
+      if (!b)
+        return b.takeError();
+      if (!*b)
+        return makeError(ExitCode::Infeasible,
+                         "{}: balanced passed its timeout before choosing "
+                         "every op's split",
+                         p.graph.sourcePath);
+      s = std::move(**b);
+    } else {
+      s = builtinStrategy(name_, p.graph, p.topo);
+    }
     if (!s)
       return s.takeError();
     auto e = evaluateIfFits(p, *s);

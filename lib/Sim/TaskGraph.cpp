@@ -575,11 +575,11 @@ llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
 llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
                                     std::vector<TaskId> &changed,
                                     std::vector<Seconds> &removedReady) {
+  restoredAfterBreak_ = false;
   const Op &op = ctx_->graph.op(o);
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
                               ctx_->graph.where(o)))
     return err;
-  restoredAfterBreak_ = false;
   if (fold_.active() &&
       !configFolds(c, op.sem, fold_.block, fold_.period))
     return llvm::make_error<FoldBroken>(ctx_->graph.where(o));

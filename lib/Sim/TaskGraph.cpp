@@ -547,16 +547,18 @@ llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
       return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
   }
   tg.edgeTasks_.resize(tg.edges_.size());
-  if (ctx.maxTasks) {
-    // Transfers are where a graph explodes (every tile of an op sending to
-    // every tile of the next): counted before any is made.
-    size_t total = tg.numAlive_;
-    for (size_t e = 0; e < tg.edges_.size(); ++e) {
-      tg.buildEdge(e, tg.edgeTasks_[e], &total);
-      if (total > ctx.maxTasks)
-        return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
-    }
+  // Transfers are where a graph explodes (every tile of an op sending to
+  // every tile of the next): counted before any is made, and the tasks
+  // reserved (the weights' and stages' few more with room to spare: an
+  // untouched reservation costs no memory, growing a vector of millions
+  // of tasks copies them and holds both copies at once).
+  size_t total = tg.numAlive_;
+  for (size_t e = 0; e < tg.edges_.size(); ++e) {
+    tg.buildEdge(e, tg.edgeTasks_[e], &total);
+    if (ctx.maxTasks && total > ctx.maxTasks)
+      return llvm::make_error<TaskGraphTooLarge>(ctx.maxTasks);
   }
+  tg.tasks_.reserve(total + total / 4 + 4096);
   for (size_t e = 0; e < tg.edges_.size(); ++e) {
     tg.buildEdge(e, tg.edgeTasks_[e]);
     if (ctx.maxTasks && tg.numAlive_ > ctx.maxTasks)

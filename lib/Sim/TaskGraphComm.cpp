@@ -166,85 +166,139 @@ private:
 
 } // namespace
 
-void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
+namespace {
+
+/// At most this many steps are kept in TaskGraph::edgePlans_ (about 50 MB);
+/// past it the cache starts again.
+constexpr size_t kEdgePlanSteps = size_t(1) << 20;
+
+void put(std::string &s, int64_t v) {
+  s.append(reinterpret_cast<const char *>(&v), sizeof v);
+}
+
+void putLoops(std::string &s, const OpSemantics &sem) {
+  put(s, int64_t(sem.loops.size()));
+  for (const LoopDim &l : sem.loops) {
+    put(s, int64_t(l.cls));
+    put(s, l.size);
+  }
+}
+
+void putMap(std::string &s, const TensorMap &m) {
+  put(s, m.present);
+  put(s, m.isView);
+  put(s, int64_t(m.shape.size()));
+  for (int64_t d : m.shape)
+    put(s, d);
+  put(s, int64_t(m.dims.size()));
+  for (const DimMap &d : m.dims) {
+    put(s, d.full);
+    put(s, d.offset);
+    put(s, d.divisor);
+    put(s, int64_t(d.terms.size()));
+    for (const IndexTerm &t : d.terms) {
+      put(s, t.loop);
+      put(s, t.coeff);
+    }
+  }
+}
+
+/// `c` with its devices counted from `base`.
+void putConfig(std::string &s, const OpConfig &c, DeviceId base) {
+  put(s, int64_t(c.degree.size()));
+  for (int32_t d : c.degree)
+    put(s, d);
+  put(s, c.replicas);
+  put(s, int64_t(c.devices.size()));
+  for (DeviceId d : c.devices) {
+    DeviceId rel = d - base;
+    s.append(reinterpret_cast<const char *>(&rel), sizeof rel);
+  }
+}
+
+} // namespace
+
+/// What an edge's transfers are depends only on the inputs in the key
+/// below (the tiles' boxes come from the loops and the configurations, the
+/// regions from the two maps, the devices from the configurations, which
+/// of them are built from the fold), so edges that agree on all of them —
+/// the same op pair in each of a GPT's layers — share one plan, and
+/// building a 96-layer model derives each kind of edge once instead of once
+/// per layer. Devices are keyed relative to the lowest device of the two
+/// configurations (`base`), with base's place in the fold's period (which
+/// of the devices are block 0's), so the layers of every pipeline stage
+/// share too; steps hold devices relative to base, and the routes and
+/// times are the replay's, on the real devices.
+std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
   const Op &c = ctx_->graph.op(ed.consumer);
   const OpConfig &pc = strategy_.configs[ed.producer];
   const OpConfig &cc = strategy_.configs[ed.consumer];
   const Value &v = ctx_->graph.value(p.outputs[ed.output]);
-  const OpTasks &pt = opTasks_[ed.producer];
-  const OpTasks &ct = opTasks_[ed.consumer];
-  int64_t ptiles = pc.numTiles(), ctiles = cc.numTiles();
-  int32_t prep = pc.replicas, crep = cc.replicas;
+  int32_t m = strategy_.pipeline.microBatches;
   int64_t eb = dtypeBytes(v.dtype);
   bool grad = std::find(c.sem.gradInputs.begin(), c.sem.gradInputs.end(),
                         ed.input) != c.sem.gradInputs.end();
-  const Pipeline &pipe = strategy_.pipeline;
-  int32_t m = pipe.microBatches;
-  // The consumer's stage holds the receive buffers of its micro-batches in
-  // flight.
-  int32_t buffered = pipe.inFlight(pipe.stage(ed.consumer));
-  size_t outs = p.outputs.size();
-  int64_t pper = ptiles * prep, cper = ctiles * crep;
+  DeviceId base = std::min(
+      *std::min_element(pc.devices.begin(), pc.devices.end()),
+      *std::min_element(cc.devices.begin(), cc.devices.end()));
+  std::string k;
+  k.reserve(512 + 4 * (pc.devices.size() + cc.devices.size()));
+  put(k, m);
+  put(k, eb);
+  put(k, grad);
+  put(k, fold_.factor);
+  put(k, fold_.block);
+  put(k, fold_.period);
+  put(k, fold_.active() ? base % fold_.period : 0);
+  putLoops(k, p.sem);
+  putMap(k, p.sem.outputs[size_t(ed.output)]);
+  putLoops(k, c.sem);
+  putMap(k, c.sem.inputs[size_t(ed.input)]);
+  put(k, int64_t(v.shape.dims.size()));
+  for (int64_t d : v.shape.dims)
+    put(k, d);
+  putConfig(k, pc, base);
+  putConfig(k, cc, base);
+  auto it = edgePlans_.find(k);
+  if (it != edgePlans_.end())
+    return it->second;
+
+  auto plan = std::make_shared<EdgePlan>();
+  int64_t ptiles = pc.numTiles(), ctiles = cc.numTiles();
+  int32_t prep = pc.replicas, crep = cc.replicas;
   std::vector<Box> pbox(ptiles), cbox(ctiles);
   int32_t mb = 0;
-  auto transfer = [&](TaskId from, TaskId to, DeviceId a, DeviceId b,
-                      Bytes bytes, uint32_t dir, int64_t kp, int64_t kc,
-                      int32_t r) {
+  auto step = [&](int64_t from, int64_t to, DeviceId a, DeviceId b,
+                  Bytes bytes, uint8_t dir, int64_t kp, int64_t kc,
+                  int32_t r) {
     if (fold_.active()) {
       // Block 0's own transfers only; one between blocks breaks the fold.
       if (mine(a) != mine(b))
-        foldBroken_ = true;
+        plan->broken = true;
       if (!mine(a) || !mine(b))
         return;
     }
-    if (count) {
-      *count += a != b;
-      return;
-    }
-    if (a == b) {
-      link(from, to);
-      return;
-    }
-    Task t;
-    t.kind = TaskKind::Transfer;
-    t.key = key(TaskKind::Transfer, static_cast<uint32_t>(e),
-                (uint32_t(mb) << 17) | (dir << 16) | static_cast<uint32_t>(r),
-                (static_cast<uint64_t>(kp) << 32) | static_cast<uint64_t>(kc));
-    t.bytes = bytes;
-    t.exe = transferTime(a, b, bytes);
-    t.resources = routeResources(a, b);
-    t.op = ed.consumer;
-    t.microBatch = mb;
-    if (dir == 0 && mb < buffered)
-      t.bufferDevice = static_cast<int32_t>(b);
-    TaskId id = newTask(std::move(t));
-    owned.push_back(id);
-    link(from, id);
-    link(id, to);
+    plan->steps.push_back(
+        {from, to, kp, kc, bytes, a - base, b - base, mb, r, dir});
   };
   for (mb = 0; mb < m; ++mb) {
-    for (int64_t k = 0; k < ptiles; ++k)
-      pbox[k] =
-          p.sem.outputRegion(ed.output, microBatchTile(pc, p.sem, k, mb, m));
-    for (int64_t k = 0; k < ctiles; ++k)
-      cbox[k] = regionIn(c.sem, ed.input, microBatchTile(cc, c.sem, k, mb, m),
+    for (int64_t t = 0; t < ptiles; ++t)
+      pbox[t] =
+          p.sem.outputRegion(ed.output, microBatchTile(pc, p.sem, t, mb, m));
+    for (int64_t t = 0; t < ctiles; ++t)
+      cbox[t] = regionIn(c.sem, ed.input, microBatchTile(cc, c.sem, t, mb, m),
                          v.shape.dims);
     // Producer tiles writing the same region (partial sums) are one
     // source; send from the copy on the receiving device when there is one.
     std::map<std::vector<int64_t>, std::vector<int64_t>> sources;
-    for (int64_t k = 0; k < ptiles; ++k) {
-      std::vector<int64_t> b = pbox[k].lo;
-      b.insert(b.end(), pbox[k].hi.begin(), pbox[k].hi.end());
-      sources[b].push_back(k);
+    for (int64_t t = 0; t < ptiles; ++t) {
+      std::vector<int64_t> b = pbox[t].lo;
+      b.insert(b.end(), pbox[t].hi.begin(), pbox[t].hi.end());
+      sources[b].push_back(t);
     }
     TileIndex index(cbox);
-    const TaskId *pFwdOut =
-        pt.fwdOut.data() + (size_t(mb) * outs + size_t(ed.output)) * ptiles;
-    const TaskId *pBwd = pt.bwd.data() + mb * pper;
-    const TaskId *cFwd = ct.fwd.data() + mb * cper;
-    const TaskId *cBwdOut = ct.bwdOut.data() + mb * cper;
     for (const auto &[boxKey, members] : sources) {
       const Box &pb = pbox[members[0]];
       for (int64_t kc : index.candidates(pb)) {
@@ -263,8 +317,8 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
                 src = kp;
                 srcRep = rp;
               }
-          transfer(pFwdOut[src], cFwd[kc * crep + rc], pc.device(src, srcRep),
-                   dst, bytes, 0, src, kc, rc);
+          step(src, kc * crep + rc, pc.device(src, srcRep), dst, bytes, 0,
+               src, kc, rc);
         }
         if (!grad)
           continue;
@@ -276,12 +330,79 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
             for (int32_t rc = 0; rc < crep; ++rc)
               if (cc.device(kc, rc) == dst)
                 srcRep = rc;
-            transfer(cBwdOut[kc * crep + srcRep], pBwd[kp * prep + rp],
-                     cc.device(kc, srcRep), dst, bytes, 1, kp * prep + rp, kc,
-                     srcRep);
+            step(kc * crep + srcRep, kp * prep + rp, cc.device(kc, srcRep),
+                 dst, bytes, 1, kp * prep + rp, kc, srcRep);
           }
       }
     }
+  }
+  plan->steps.shrink_to_fit();
+  if (edgePlanSteps_ + plan->steps.size() > kEdgePlanSteps) {
+    edgePlans_.clear();
+    edgePlanSteps_ = 0;
+  }
+  edgePlanSteps_ += plan->steps.size();
+  return edgePlans_.emplace(std::move(k), std::move(plan)).first->second;
+}
+
+void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
+  std::shared_ptr<const EdgePlan> plan = edgePlan(e);
+  if (plan->broken)
+    foldBroken_ = true;
+  const Edge &ed = edges_[e];
+  const Op &p = ctx_->graph.op(ed.producer);
+  const OpConfig &pc = strategy_.configs[ed.producer];
+  const OpConfig &cc = strategy_.configs[ed.consumer];
+  DeviceId base = std::min(
+      *std::min_element(pc.devices.begin(), pc.devices.end()),
+      *std::min_element(cc.devices.begin(), cc.devices.end()));
+  const OpTasks &pt = opTasks_[ed.producer];
+  const OpTasks &ct = opTasks_[ed.consumer];
+  int64_t ptiles = pc.numTiles();
+  int64_t pper = ptiles * pc.replicas, cper = cc.numTasks();
+  size_t outs = p.outputs.size();
+  const Pipeline &pipe = strategy_.pipeline;
+  // The consumer's stage holds the receive buffers of its micro-batches in
+  // flight.
+  int32_t buffered = pipe.inFlight(pipe.stage(ed.consumer));
+  for (const EdgeStep &st : plan->steps) {
+    if (count) {
+      *count += st.a != st.b;
+      continue;
+    }
+    size_t mb = size_t(st.mb);
+    TaskId from, to;
+    if (st.dir == 0) {
+      from = pt.fwdOut[(mb * outs + size_t(ed.output)) * size_t(ptiles) +
+                       size_t(st.from)];
+      to = ct.fwd[mb * size_t(cper) + size_t(st.to)];
+    } else {
+      from = ct.bwdOut[mb * size_t(cper) + size_t(st.from)];
+      to = pt.bwd[mb * size_t(pper) + size_t(st.to)];
+    }
+    if (st.a == st.b) {
+      link(from, to);
+      continue;
+    }
+    DeviceId a = base + st.a, b = base + st.b;
+    Task t;
+    t.kind = TaskKind::Transfer;
+    t.key = key(TaskKind::Transfer, static_cast<uint32_t>(e),
+                (uint32_t(st.mb) << 17) | (uint32_t(st.dir) << 16) |
+                    static_cast<uint32_t>(st.r),
+                (static_cast<uint64_t>(st.kp) << 32) |
+                    static_cast<uint64_t>(st.kc));
+    t.bytes = st.bytes;
+    t.exe = transferTime(a, b, st.bytes);
+    t.resources = routeResources(a, b);
+    t.op = ed.consumer;
+    t.microBatch = st.mb;
+    if (st.dir == 0 && st.mb < buffered)
+      t.bufferDevice = static_cast<int32_t>(b);
+    TaskId id = newTask(std::move(t));
+    owned.push_back(id);
+    link(from, id);
+    link(id, to);
   }
 }
 

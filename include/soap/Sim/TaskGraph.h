@@ -15,7 +15,10 @@
 #include "soap/Parallel/Strategy.h"
 #include "soap/Sim/Fold.h"
 #include <map>
+#include <memory>
 #include <set>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace soap {
@@ -255,6 +258,26 @@ private:
   llvm::Error buildOp(OpId o);
   /// Builds edge `e`'s transfers; with `count`, only counts them into it.
   void buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count = nullptr);
+  /// One transfer of an edge (or, when both ends are on one device, one
+  /// dependency), as edgePlan derives it from the two configurations:
+  /// micro-batch, direction (0 forward, 1 backward), the index of its source
+  /// in the producer's forward outputs or the consumer's input gradients and
+  /// of its destination in the consumer's forwards or the producer's
+  /// backwards (within the micro-batch), and the parts of its key.
+  struct EdgeStep {
+    int64_t from, to, kp, kc;
+    Bytes bytes;
+    DeviceId a, b;
+    int32_t mb, r;
+    uint8_t dir;
+  };
+  struct EdgePlan {
+    std::vector<EdgeStep> steps; ///< in build order; only block 0's
+    bool broken = false;         ///< a transfer crosses blocks
+  };
+  /// Edge `e`'s plan, from edgePlans_ when an edge with the same inputs was
+  /// planned before (the repeated layers of a GPT).
+  std::shared_ptr<const EdgePlan> edgePlan(size_t e);
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
   /// Removes weight `w`'s segment: its tasks and the memory it accounted.
   void removeWeight(ValueId w, std::vector<TaskId> &touched,
@@ -289,6 +312,12 @@ private:
   std::map<ValueId, std::vector<TaskId>> weightTasks_;
   std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per stage
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
+  /// Edge plans keyed by everything they depend on: both ops' loops, the
+  /// producer's output map and the consumer's input map, the value's shape
+  /// and element size, whether a gradient flows back, both configurations,
+  /// the micro-batch count and the fold. Bounded by kEdgePlanSteps.
+  std::unordered_map<std::string, std::shared_ptr<const EdgePlan>> edgePlans_;
+  size_t edgePlanSteps_ = 0;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
   std::vector<int64_t> work_;        ///< per resource, picoseconds
   bool memoryOnly_ = false;          ///< buildMemory(): no tasks

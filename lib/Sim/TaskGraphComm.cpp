@@ -261,9 +261,12 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
     put(k, d);
   putConfig(k, pc, base);
   putConfig(k, cc, base);
-  auto it = edgePlans_.find(k);
-  if (it != edgePlans_.end())
-    return it->second;
+  if (ctx_->shareEdgePlans) {
+    auto it = edgePlans_.find(k);
+    if (it != edgePlans_.end())
+      return it->second;
+  }
+  ++edgePlansDerived_;
 
   auto plan = std::make_shared<EdgePlan>();
   int64_t ptiles = pc.numTiles(), ctiles = cc.numTiles();
@@ -337,6 +340,8 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
     }
   }
   plan->steps.shrink_to_fit();
+  if (!ctx_->shareEdgePlans)
+    return plan;
   if (edgePlanSteps_ + plan->steps.size() > kEdgePlanSteps) {
     edgePlans_.clear();
     edgePlanSteps_ = 0;

@@ -113,6 +113,10 @@ struct SimContext {
   /// Fold a symmetric strategy (Fold.h): the same timeline, memory and
   /// iteration time from block 0's tasks.
   bool fold = false;
+  /// Derive each kind of edge's transfers once and replay them for every
+  /// edge of that kind (TaskGraph::edgePlan); false derives every edge's
+  /// own (the same graph, slower: for tests that compare the two).
+  bool shareEdgePlans = true;
 };
 
 /// TaskGraph::build passed SimContext::maxTasks.
@@ -205,6 +209,8 @@ public:
     }
   };
   const std::vector<DeviceMemory> &memory() const { return mem_; }
+  /// Edge plans derived since the graph was made (not found shared).
+  size_t edgePlansDerived() const { return edgePlansDerived_; }
   /// Every device's memory within its capacity.
   bool fits() const;
   /// Per resource (devices, then links): the summed time of the alive tasks
@@ -318,6 +324,7 @@ private:
   /// the micro-batch count and the fold. Bounded by kEdgePlanSteps.
   std::unordered_map<std::string, std::shared_ptr<const EdgePlan>> edgePlans_;
   size_t edgePlanSteps_ = 0;
+  size_t edgePlansDerived_ = 0;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
   std::vector<int64_t> work_;        ///< per resource, picoseconds
   bool memoryOnly_ = false;          ///< buildMemory(): no tasks

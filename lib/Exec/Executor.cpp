@@ -733,7 +733,8 @@ void Runner::backward(OpId o) {
     }
     return;
   }
-  lendWeights(o);
+  lendWeights(o, true);
+  prefetchWeights(o);
   exec::KernelCtx ctx{g_, op, ts, *this, opts_.seed, step_};
   if (!s_.recomputes(o) && rerunsForward(op, opts_)) {
     for (Task &t : ts)

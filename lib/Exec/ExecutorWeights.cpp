@@ -174,7 +174,32 @@ const Buf &Runner::wholeWeight(WeightBox &wb, Buf &tmp) {
   return tmp;
 }
 
-void Runner::lendWeights(OpId o) {
+void Runner::prefetchWeights(OpId o) {
+  if (prevWeighted_.empty()) {
+    prevWeighted_.assign(g_.numOps(), -1);
+    OpId last = -1;
+    for (const Op &op : g_.ops()) {
+      prevWeighted_[size_t(op.id)] = last;
+      if (!op.sem.weightInputs.empty())
+        last = op.id;
+    }
+  }
+  OpId w = prevWeighted_[size_t(o)];
+  if (g_.op(o).sem.weightInputs.empty() || w < 0 ||
+      s_.pipeline.stage(w) != s_.pipeline.stage(o))
+    return;
+  // The boxes in the order lendWeights(w) would gather them, so every
+  // member of a group gathers its boxes in one order.
+  for (const std::vector<size_t> &idxOf : boxOf_[size_t(w)])
+    for (size_t idx : idxOf) {
+      WeightBox &wb = boxes_[idx];
+      if (wb.zero != 3 || wb.member < 0 || prefetched_.count(idx))
+        continue;
+      wholeWeight(wb, prefetched_[idx]);
+    }
+}
+
+void Runner::lendWeights(OpId o, bool backwardPass) {
   const Op &op = g_.op(o);
   std::vector<Task> &ts = tasks(o);
   for (size_t i = 0; i < op.inputs.size(); ++i) {
@@ -182,7 +207,8 @@ void Runner::lendWeights(OpId o) {
     if (idxOf.empty())
       continue;
     // ZeRO-3: every group that holds one of the op's boxes gathers it, in
-    // tile order (its members reach here in the same order).
+    // tile order (its members reach here in the same order), unless the
+    // backward pass prefetched it.
     std::vector<size_t> done;
     for (size_t idx : idxOf) {
       WeightBox &wb = boxes_[idx];
@@ -191,7 +217,13 @@ void Runner::lendWeights(OpId o) {
         continue;
       done.push_back(idx);
       Buf tmp;
-      wholeWeight(wb, tmp);
+      auto ahead = prefetched_.find(idx);
+      if (backwardPass && ahead != prefetched_.end()) {
+        tmp = std::move(ahead->second);
+        prefetched_.erase(ahead);
+      } else {
+        wholeWeight(wb, tmp);
+      }
       for (Task &t : ts)
         if (idxOf[size_t(t.tile)] == idx)
           t.in[i] = std::move(tmp);

@@ -147,8 +147,14 @@ private:
   // ExecutorWeights.cpp.
   llvm::Error setUpWeights();
   /// Puts every weight input of `o`'s local tasks in place (a lent box,
-  /// or, under ZeRO-3, gathered from the group's shards).
-  void lendWeights(OpId o);
+  /// or, under ZeRO-3, gathered from the group's shards; in the backward
+  /// pass, the copy prefetchWeights gathered when there is one).
+  void lendWeights(OpId o, bool backwardPass = false);
+  /// ZeRO-3's backward prefetch, as FSDP's (and the simulator's,
+  /// TaskGraph::addOpMemory): while `o`'s backward runs, the previous
+  /// weighted op of its stage (the next to run its backward) has its
+  /// weights gathered, held until its backward lends them.
+  void prefetchWeights(OpId o);
   /// Takes them back (ZeRO-3: frees the gathered copies).
   void returnWeights(OpId o);
   /// Hands the kernels the gradient accumulators to add into (where they
@@ -206,6 +212,10 @@ private:
   /// Per micro-batch and op: its forward ran again for the backward.
   std::vector<std::vector<uint8_t>> recomputed_;
   std::vector<WeightBox> boxes_;
+  /// ZeRO-3 boxes (indices in boxes_) gathered ahead of their backward.
+  std::map<size_t, Buf> prefetched_;
+  /// Per op: the previous op in id order with weights, or -1.
+  std::vector<OpId> prevWeighted_;
   /// Per op, per operand: the index in boxes_ of each tile's weight box
   /// (empty for operands that are not weights).
   std::vector<std::vector<std::vector<size_t>>> boxOf_;

@@ -168,9 +168,11 @@ private:
 
 namespace {
 
-/// At most this many steps are kept in TaskGraph::edgePlans_ (about 50 MB);
-/// past it the cache starts again.
-constexpr size_t kEdgePlanSteps = size_t(1) << 20;
+/// At most this many bytes of plans and keys (a key holds both
+/// configurations' devices: 8 KB for two 1,024-way splits) are kept in
+/// TaskGraph::edgePlans_; past it the cache starts again, so a long mcmc
+/// chain's new configurations do not pile up.
+constexpr size_t kEdgePlanBytes = size_t(64) << 20;
 
 void put(std::string &s, int64_t v) {
   s.append(reinterpret_cast<const char *>(&v), sizeof v);
@@ -342,11 +344,13 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
   plan->steps.shrink_to_fit();
   if (!ctx_->shareEdgePlans)
     return plan;
-  if (edgePlanSteps_ + plan->steps.size() > kEdgePlanSteps) {
+  size_t bytes = plan->steps.size() * sizeof(EdgeStep) + k.size() +
+                 sizeof(EdgePlan) + 64;
+  if (edgePlanBytes_ + bytes > kEdgePlanBytes) {
     edgePlans_.clear();
-    edgePlanSteps_ = 0;
+    edgePlanBytes_ = 0;
   }
-  edgePlanSteps_ += plan->steps.size();
+  edgePlanBytes_ += bytes;
   return edgePlans_.emplace(std::move(k), std::move(plan)).first->second;
 }
 

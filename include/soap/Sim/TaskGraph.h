@@ -321,9 +321,9 @@ private:
   /// Edge plans keyed by everything they depend on: both ops' loops, the
   /// producer's output map and the consumer's input map, the value's shape
   /// and element size, whether a gradient flows back, both configurations,
-  /// the micro-batch count and the fold. Bounded by kEdgePlanSteps.
+  /// the micro-batch count and the fold. Bounded by kEdgePlanBytes.
   std::unordered_map<std::string, std::shared_ptr<const EdgePlan>> edgePlans_;
-  size_t edgePlanSteps_ = 0;
+  size_t edgePlanBytes_ = 0;
   size_t edgePlansDerived_ = 0;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
   std::vector<int64_t> work_;        ///< per resource, picoseconds

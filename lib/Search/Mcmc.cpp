@@ -415,6 +415,8 @@ public:
         continue;
       }
       auto [time, fits] = *e;
+      spdlog::info("mcmc: start {}: {:.3f} ms{}", c, time * 1e3,
+                   fits ? "" : ", does not fit");
       rank.push_back({{!fits, time}, c});
       // Data parallelism that does not fit: also start from it with ZeRO
       // and recomputation.
@@ -449,10 +451,14 @@ public:
         llvm::consumeError(std::move(err));
       } else {
         uint64_t n = 0;
-        auto fit = fitMicroBatches(p, acc, memoryLadder(), n, startOptions);
+        auto fit =
+            fitMicroBatches(p, acc, memoryLadder(), n, startOptions, true);
         if (!fit)
           return fit.takeError();
         if (*fit) {
+          spdlog::info("mcmc: gradient accumulation start: m={}{}: {:.3f} ms",
+                       acc.pipeline.microBatches, (*fit)->second.str(),
+                       (*fit)->first * 1e3);
           rank.push_back({{false, (*fit)->first}, initial.size()});
           initial.push_back(std::move(acc));
         }

@@ -202,10 +202,18 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-                const SearchOptions &o) {
+                const SearchOptions &o, bool whileLighter) {
   std::optional<std::pair<Seconds, MemorySaving>> best;
   std::optional<Strategy> bestStrategy;
   Strategy cur = s;
+  auto rungIndex = [&](const MemorySaving &m) {
+    for (size_t i = 0; i < ladder.size(); ++i)
+      if (ladder[i].zero == m.zero && ladder[i].recompute == m.recompute)
+        return i;
+    return ladder.size();
+  };
+  size_t lastRung = ladder.size();
+  int misses = 0; ///< counts in a row that did not pay
   while (!o.pastDeadline()) {
     auto fit = fitWithLadder(p, cur, ladder, evaluated, &o);
     if (!fit)
@@ -214,10 +222,19 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
     if (fit->tooLarge)
       break;
     if (fit->fits) {
-      if (best && fit->time >= best->first)
-        break; // more micro-batches no longer pay
-      best.emplace(fit->time, fit->rung);
-      bestStrategy = cur;
+      size_t rung = rungIndex(fit->rung);
+      bool lighter = rung < lastRung;
+      lastRung = rung;
+      if (best && fit->time >= best->first) {
+        // More micro-batches no longer pay; with whileLighter, unless this
+        // count needed a lighter rung or is the first that did not pay.
+        if (!whileLighter || (!lighter && ++misses >= 2))
+          break;
+      } else {
+        best.emplace(fit->time, fit->rung);
+        bestStrategy = cur;
+        misses = 0;
+      }
     }
     // The next count, if every sample loop still divides.
     cur.pipeline.microBatches *= 2;

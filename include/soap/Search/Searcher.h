@@ -220,13 +220,19 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
 /// Gradient accumulation and micro-batching as a user tunes them: `s` with
 /// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),
 /// each through fitWithLadder, going on while nothing fits yet or the time
-/// still improves. `s` becomes the fastest that fits and the result is its
-/// time and rung; nullopt (and `s` unchanged) when none fits, `o`'s
-/// deadline passes first or the task graph grows past taskLimit.
+/// still improves — with `whileLighter`, until two counts in a row do not
+/// pay, and never stopping at one that fits on a lighter rung of the ladder
+/// than the count before: a smaller micro-batch may need less
+/// recomputation or sharding and end faster (GPT-3 13B's gradient
+/// accumulation on 64 GPUs: ZeRO-2 with full recomputation at m = 2 and 4,
+/// ZeRO-1 with selective recomputation at m = 16). `s` becomes the fastest that
+/// fits and the result is its time and rung; nullopt (and `s` unchanged)
+/// when none fits, `o`'s deadline passes first or the task graph grows past
+/// taskLimit.
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-                const SearchOptions &o);
+                const SearchOptions &o, bool whileLighter = false);
 
 } // namespace soap
 

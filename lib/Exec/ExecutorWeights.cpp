@@ -59,6 +59,13 @@ void initialValues(const Graph &g, const Value &w, uint64_t seed,
 } // namespace
 
 llvm::Error Runner::setUpWeights() {
+  prevWeighted_.assign(g_.numOps(), -1);
+  OpId lastWeighted = -1;
+  for (const Op &op : g_.ops()) {
+    prevWeighted_[size_t(op.id)] = lastWeighted;
+    if (!op.sem.weightInputs.empty())
+      lastWeighted = op.id;
+  }
   std::map<ValueId, std::vector<std::pair<std::vector<int64_t>, size_t>>> seen;
   boxOf_.assign(g_.numOps(), {});
   int32_t saveMb = mb_;
@@ -175,15 +182,6 @@ const Buf &Runner::wholeWeight(WeightBox &wb, Buf &tmp) {
 }
 
 void Runner::prefetchWeights(OpId o) {
-  if (prevWeighted_.empty()) {
-    prevWeighted_.assign(g_.numOps(), -1);
-    OpId last = -1;
-    for (const Op &op : g_.ops()) {
-      prevWeighted_[size_t(op.id)] = last;
-      if (!op.sem.weightInputs.empty())
-        last = op.id;
-    }
-  }
   OpId w = prevWeighted_[size_t(o)];
   if (g_.op(o).sem.weightInputs.empty() || w < 0 ||
       s_.pipeline.stage(w) != s_.pipeline.stage(o))

@@ -177,12 +177,14 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
                                         uint64_t &evaluated,
                                         const SearchOptions *o) {
   LadderFit fit;
-  for (const MemorySaving &rung : ladder) {
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    const MemorySaving &rung = ladder[i];
     if (o && evaluated > 0 && o->pastDeadline())
       break;
     rung.apply(p.graph, s);
     fit = LadderFit();
     fit.rung = rung;
+    fit.rungIndex = i;
     auto r = evaluateIfFits(p, s, taskLimit(p));
     if (!r) {
       if (llvm::Error rest = dropTooLarge(r.takeError(), fit.tooLarge))
@@ -206,12 +208,6 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
   std::optional<std::pair<Seconds, MemorySaving>> best;
   std::optional<Strategy> bestStrategy;
   Strategy cur = s;
-  auto rungIndex = [&](const MemorySaving &m) {
-    for (size_t i = 0; i < ladder.size(); ++i)
-      if (ladder[i].zero == m.zero && ladder[i].recompute == m.recompute)
-        return i;
-    return ladder.size();
-  };
   size_t lastRung = ladder.size();
   int misses = 0; ///< counts in a row that did not pay
   while (!o.pastDeadline()) {
@@ -222,9 +218,8 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
     if (fit->tooLarge)
       break;
     if (fit->fits) {
-      size_t rung = rungIndex(fit->rung);
-      bool lighter = rung < lastRung;
-      lastRung = rung;
+      bool lighter = fit->rungIndex < lastRung;
+      lastRung = fit->rungIndex;
       if (best && fit->time >= best->first) {
         // More micro-batches no longer pay; with whileLighter, unless this
         // count needed a lighter rung or is the first that did not pay.

@@ -231,7 +231,8 @@ void putConfig(std::string &s, const OpConfig &c, DeviceId base) {
 /// of the devices are block 0's), so the layers of every pipeline stage
 /// share too; steps hold devices relative to base, and the routes and
 /// times are the replay's, on the real devices.
-std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
+std::shared_ptr<const TaskGraph::EdgePlan>
+TaskGraph::edgePlan(size_t e, DeviceId base) {
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
   const Op &c = ctx_->graph.op(ed.consumer);
@@ -242,9 +243,6 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
   int64_t eb = dtypeBytes(v.dtype);
   bool grad = std::find(c.sem.gradInputs.begin(), c.sem.gradInputs.end(),
                         ed.input) != c.sem.gradInputs.end();
-  DeviceId base = std::min(
-      *std::min_element(pc.devices.begin(), pc.devices.end()),
-      *std::min_element(cc.devices.begin(), cc.devices.end()));
   std::string k;
   k.reserve(512 + 4 * (pc.devices.size() + cc.devices.size()));
   put(k, m);
@@ -355,9 +353,6 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e) {
 }
 
 void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
-  std::shared_ptr<const EdgePlan> plan = edgePlan(e);
-  if (plan->broken)
-    foldBroken_ = true;
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
   const OpConfig &pc = strategy_.configs[ed.producer];
@@ -365,6 +360,9 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   DeviceId base = std::min(
       *std::min_element(pc.devices.begin(), pc.devices.end()),
       *std::min_element(cc.devices.begin(), cc.devices.end()));
+  std::shared_ptr<const EdgePlan> plan = edgePlan(e, base);
+  if (plan->broken)
+    foldBroken_ = true;
   const OpTasks &pt = opTasks_[ed.producer];
   const OpTasks &ct = opTasks_[ed.consumer];
   int64_t ptiles = pc.numTiles();

@@ -205,6 +205,7 @@ struct LadderFit {
   /// make it larger.
   bool tooLarge = false;
   MemorySaving rung;
+  size_t rungIndex = 0; ///< rung's place in the ladder
 };
 
 /// Evaluates `s` and, while it does not fit, again with each rung of

@@ -281,9 +281,10 @@ private:
     std::vector<EdgeStep> steps; ///< in build order; only block 0's
     bool broken = false;         ///< a transfer crosses blocks
   };
-  /// Edge `e`'s plan, from edgePlans_ when an edge with the same inputs was
-  /// planned before (the repeated layers of a GPT).
-  std::shared_ptr<const EdgePlan> edgePlan(size_t e);
+  /// Edge `e`'s plan with devices relative to `base` (the lowest device of
+  /// its two configurations), from edgePlans_ when an edge with the same
+  /// inputs was planned before (the repeated layers of a GPT).
+  std::shared_ptr<const EdgePlan> edgePlan(size_t e, DeviceId base);
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
   /// Removes weight `w`'s segment: its tasks and the memory it accounted.
   void removeWeight(ValueId w, std::vector<TaskId> &touched,

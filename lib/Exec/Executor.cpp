@@ -497,6 +497,11 @@ void Runner::reread(OpId prod, size_t j) {
     keepReluMask(prod);
     return;
   }
+  if (po.kind == "Dropout" && j == 0) {
+    for (Task &t : tasks(prod))
+      t.out[0].drop(); // its kernel kept the mask it drew
+    return;
+  }
   if (saves(po, int(j), true) || keepsOutput(s_, po, j) ||
       keepsAllOperands(po, opts_) || rerunsForward(po, opts_))
     return;
@@ -531,6 +536,7 @@ void Runner::dropAfterForward(OpId o) {
     if (rc) {
       t.saved.clear();
       release(t.arg);
+      release(t.mask);
     }
   }
   pendingDone(o);
@@ -568,11 +574,20 @@ void Runner::outputRead(OpId prod, size_t j) {
     keepReluMask(prod);
     return;
   }
+  if (dropoutMaskKept(po, j)) {
+    for (Task &t : tasks(prod))
+      t.out[0].drop();
+    return;
+  }
   if (!freedAfterReaders(prod, j))
     return;
   for (Task &t : tasks(prod))
     if (j < t.out.size())
       t.out[j].drop();
+}
+
+bool Runner::dropoutMaskKept(const Op &op, size_t j) const {
+  return op.kind == "Dropout" && j == 0 && keepsOutput(s_, op, j);
 }
 
 void Runner::keepReluMask(OpId relu) {
@@ -613,7 +628,7 @@ void Runner::recompute(OpId o) {
 
 bool Runner::reluInPlace(OpId o, const Task &t) const {
   const OpPlan &p = plan(o);
-  return !t.mask.empty() && t.gin.size() == 1 &&
+  return g_.op(o).kind == "Relu" && !t.mask.empty() && t.gin.size() == 1 &&
          p.inReg[0][size_t(t.tile)].lo == p.outReg[0][size_t(t.tile)].lo &&
          p.inReg[0][size_t(t.tile)].hi == p.outReg[0][size_t(t.tile)].hi;
 }
@@ -717,7 +732,7 @@ void Runner::backward(OpId o) {
           t.gin[0].data[k] = 0.0f;
       release(t.mask);
       inPlace = true;
-    } else if (!t.mask.empty()) {
+    } else if (op.kind == "Relu" && !t.mask.empty()) {
       // Else the kernel reads whether its output is positive.
       t.out[0].data.resize(t.mask.size());
       for (size_t k = 0; k < t.mask.size(); ++k)
@@ -765,6 +780,7 @@ void Runner::backward(OpId o) {
     t.gout.clear();
     t.saved.clear();
     release(t.arg);
+    release(t.mask);
     if (!loss)
       t.out.clear();
     for (size_t i = 0; i < op.inputs.size(); ++i)

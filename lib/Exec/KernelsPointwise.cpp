@@ -366,24 +366,34 @@ float dropoutScale(const Graph &g, const Op &op) {
   return on ? 1 / (1 - ratio) : 1.0f;
 }
 
+// Forward draws the mask and keeps it, a byte per output element (what the
+// semantics count Dropout as saving, and what PyTorch's dropout keeps);
+// backward reads it, not the output or the seed.
 void dropoutForward(KernelCtx &ctx) {
   float s = dropoutScale(ctx.graph, ctx.op);
   bool mask = ctx.op.outputs.size() > 1 && ctx.op.outputs[1] != kNoValue;
-  for (Task &t : ctx.tasks)
+  for (Task &t : ctx.tasks) {
+    t.mask.assign(t.out[0].data.size(), 0);
     dropoutWalk(ctx, t, [&](int64_t yo, int64_t xo, bool keep) {
       t.out[0].data[yo] = keep ? t.in[0].data[xo] * s : 0.0f;
+      t.mask[size_t(yo)] = keep;
       if (mask)
         t.out[1].data[yo] = keep;
     });
+  }
 }
 
 void dropoutBackward(KernelCtx &ctx) {
   float s = dropoutScale(ctx.graph, ctx.op);
-  for (Task &t : ctx.tasks)
-    dropoutWalk(ctx, t, [&](int64_t yo, int64_t xo, bool keep) {
-      if (keep)
-        t.gin[0].data[xo] += t.gout[0].data[yo] * s;
+  for (Task &t : ctx.tasks) {
+    // The output box's points in order, as forward wrote the mask.
+    PointIter it(ctx.op.sem, {{&ctx.op.sem.outputs[0], t.gout[0].box},
+                              {&ctx.op.sem.inputs[0], t.gin[0].box}});
+    it.run(t.loops, [&](const int64_t *o) {
+      if (t.mask[size_t(o[0])])
+        t.gin[0].data[o[1]] += t.gout[0].data[o[0]] * s;
     });
+  }
 }
 
 const Kernel kElementwise = {checkElementwise, eltForward, eltBackward};

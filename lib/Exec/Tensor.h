@@ -377,8 +377,9 @@ struct Task {
   std::vector<Buf> gin, gout; ///< gradients (gin: contributions)
   std::vector<Buf> saved;     ///< kernel-specific state kept for backward
   IndexVec arg;               ///< MaxPool's argmax offsets
-  /// A Relu's output between its consumers' forwards and its backward: a
-  /// byte per element, whether it is positive (what the backward reads).
+  /// A byte per output element between the forward and the backward: a
+  /// Relu's output kept as whether it is positive, a Dropout's mask (what
+  /// each backward reads).
   std::vector<uint8_t, TrackedAllocator<uint8_t>> mask;
 };
 

@@ -340,17 +340,18 @@ static bool rerunsForward(const Op &op, const ExecOptions &opts) {
 
 /// Ops whose backward kernel reads operands beyond what the semantics
 /// save (the generic element-wise loop reads every input and the output;
-/// pools and reductions read the output's size; LSTM its whole state), and
+/// LSTM its whole state), and
 /// every op of the CUDA backend: they keep all their operands.
 static bool keepsAllOperands(const Op &op, const ExecOptions &opts) {
   if (opts.backend != "cpu")
     return true;
-  llvm::StringRef k = op.kind;
   if (auto fn = elemFnOf(op.kind))
     return *fn != ElemFn::Add && *fn != ElemFn::Sub && *fn != ElemFn::Relu &&
            !rerunsForward(op, opts);
-  return (k.contains("Pool") && !isMaxPool(op)) || k.startswith("Reduce") ||
-         k == "LSTM";
+  // An average pool's and a ReduceSum/Mean's backward read only their
+  // operands' boxes (kept when the data is freed), as the semantics count
+  // them: nothing saved.
+  return op.kind == "LSTM";
 }
 
 std::optional<int64_t> runStart(const Box &b,
@@ -645,12 +646,22 @@ void Runner::backward(OpId o) {
     t.gin.assign(op.inputs.size(), Buf());
   }
   lendGradients(o);
+  // No gradient for a graph input or a constant where the kernel can skip
+  // one (what needs none gets none).
+  bool skip = opts_.backend == "cpu" &&
+              exec::findKernel(op.kind, opts_.backend)->skipsEmptyGradients;
   for (Task &t : ts)
-    for (size_t i = 0; i < op.inputs.size(); ++i)
-      if (op.inputs[i] != kNoValue &&
-          isFloating(g_.value(op.inputs[i]).dtype) && t.gin[i].data.empty() &&
-          !(i == 0 && (reluInPlace(o, t) || aliasesReshape(o))))
-        t.gin[i].reset(p.inReg[i][t.tile]);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ValueId v = op.inputs[i];
+      if (v == kNoValue || !isFloating(g_.value(v).dtype) ||
+          !t.gin[i].data.empty() ||
+          (i == 0 && (reluInPlace(o, t) || aliasesReshape(o))))
+        continue;
+      ValueKind kind = g_.value(v).kind;
+      if (skip && kind != ValueKind::Activation && kind != ValueKind::Weight)
+        continue;
+      t.gin[i].reset(p.inReg[i][t.tile]);
+    }
   bool loss = op.kind == "SoftmaxCrossEntropyLoss";
   for (size_t j = 0; j < op.outputs.size(); ++j) {
     ValueId vid = op.outputs[j];

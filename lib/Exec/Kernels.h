@@ -20,6 +20,11 @@ struct Kernel {
   /// Adds every task's input gradients to `gin` (reset to zeros over the
   /// input regions) from `gout` (the full gradient of the output regions).
   void (*backward)(KernelCtx &ctx);
+  /// Whether backward skips an input whose gradient buffer is empty: the
+  /// executor then leaves the gradients of graph inputs and constants
+  /// unallocated, as a framework does for tensors that need no gradient
+  /// (and as the simulator counts them: not at all).
+  bool skipsEmptyGradients = false;
 };
 
 /// The kernel of an op kind on a backend ("cpu", "cuda"), or nullptr. The

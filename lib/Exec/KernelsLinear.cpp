@@ -105,16 +105,20 @@ void contractionBackward(KernelCtx &ctx) {
                          {&sem.inputs[0], t.in[0].box},
                          {&sem.inputs[1], t.in[1].box}});
       const float *a = t.in[0].data.data(), *b = t.in[1].data.data();
-      float *da = t.gin[0].data.data(), *db = t.gin[1].data.data();
+      float *da = t.gin[0].data.empty() ? nullptr : t.gin[0].data.data();
+      float *db = t.gin[1].data.empty() ? nullptr : t.gin[1].data.data();
       it.run(t.loops, [&](const int64_t *o) {
         if (o[1] >= 0 && o[2] >= 0) {
           float g = alpha * dy[o[0]];
-          da[o[1]] += g * b[o[2]];
-          db[o[2]] += g * a[o[1]];
+          if (da)
+            da[o[1]] += g * b[o[2]];
+          if (db)
+            db[o[2]] += g * a[o[1]];
         }
       });
     }
-    if (bias && firstOfPartialGroup(sem, t.loops, 0)) {
+    if (bias && !t.gin[2].data.empty() &&
+        firstOfPartialGroup(sem, t.loops, 0)) {
       PointIter ib(sem, {{&sem.outputs[0], t.out[0].box},
                          {&sem.inputs[2], t.in[2].box}});
       float *dc = t.gin[2].data.data();
@@ -148,7 +152,9 @@ llvm::Error checkPool(const Graph &g, const Op &op) {
 /// Points per output element that the divisor counts.
 std::vector<float> poolCounts(KernelCtx &ctx, Task &t) {
   const OpSemantics &sem = ctx.op.sem;
-  std::vector<float> cnt(t.out[0].size(), 0);
+  // The output's box, not its data: backward runs after the data is freed.
+  std::vector<float> cnt(size_t(std::max<int64_t>(t.out[0].box.volume(), 0)),
+                         0);
   bool includePad = ctx.op.getInt("count_include_pad", 0) != 0 ||
                     llvm::StringRef(ctx.op.kind).startswith("Global");
   PointIter it(
@@ -309,7 +315,7 @@ void gatherForward(KernelCtx &ctx);
 void gatherBackward(KernelCtx &ctx);
 
 const Kernel kContraction = {checkContraction, contractionForward,
-                             contractionBackward};
+                             contractionBackward, true};
 const Kernel kPool = {checkPool, poolForward, poolBackward};
 const Kernel kReduce = {checkReduce, reduceForward, reduceBackward};
 const Kernel kGather = {checkGather, gatherForward, gatherBackward};

@@ -396,7 +396,8 @@ void dropoutBackward(KernelCtx &ctx) {
   }
 }
 
-const Kernel kElementwise = {checkElementwise, eltForward, eltBackward};
+const Kernel kElementwise = {checkElementwise, eltForward, eltBackward,
+                             true};
 const Kernel kDropout = {checkDropout, dropoutForward, dropoutBackward};
 
 } // namespace

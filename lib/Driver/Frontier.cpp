@@ -11,6 +11,8 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
 
+#include <chrono>
+
 namespace soap {
 
 static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
@@ -30,20 +32,21 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
       r.stats.branchEliminations, r.stats.heuristicEliminations,
       r.stats.backbone, r.stats.totalConfigs, r.seconds);
   llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
-                              "{:>11} {:>12} {:>4}\n",
+                              "{:>6} {:>11} {:>12} {:>4}\n",
                               "point", "memory(FT)", "time(FT)", "compute",
-                              "network", "reuse", "time(sim)", "memory(sim)",
-                              "fits");
+                              "network", "reuse", "recomp", "time(sim)",
+                              "memory(sim)", "fits");
   for (size_t i = 0; i < r.points.size(); ++i) {
     const FtScored &p = r.points[i];
     size_t reused = 0;
     for (uint8_t x : p.point.assignment.reuse)
       reused += x != 0;
     llvm::outs() << fmt::format(
-        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>11} "
+        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} {:>11} "
         "{:>12} {:>4}{}\n",
         i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
+        recomputedOps(p.strategy),
         p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
         p.simulated ? formatBytes(double(p.simPeakMemory)) : "-",
         !p.simulated ? "-"
@@ -90,8 +93,28 @@ llvm::Error runFrontier(const DriverOptions &d) {
   o.resolution = d.ftResolution;
   o.tensorReuse = !d.ftNoReuse;
   o.useLdp = !d.ftNoLdp;
+  o.recompute = !d.ftNoRecompute;
   if (auto err = o.validate())
     return err;
+  if (!d.timeout.empty()) {
+    auto t = parseDuration(d.timeout, "--timeout");
+    if (!t)
+      return t.takeError();
+    auto end = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(*t));
+    o.cancelled = [end] { return std::chrono::steady_clock::now() >= end; };
+  }
+  // Past --timeout the frontier is incomplete: no point is given.
+  auto timedOut = [&](llvm::Error err) {
+    return llvm::handleErrors(
+        std::move(err), [&](const DeadlineExceeded &) -> llvm::Error {
+          return makeError(ExitCode::Infeasible,
+                           "{}: --timeout {} ended before the frontier was "
+                           "complete",
+                           s.graph->sourcePath, d.timeout);
+        });
+  };
   SearchProblem prob = s.problem();
   auto dp = strategyMetrics(prob, dataParallel(*s.graph, *s.topo));
   if (!dp)
@@ -103,13 +126,13 @@ llvm::Error runFrontier(const DriverOptions &d) {
   if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime) {
     auto r = frontierReport(prob, o, d.ftSimulate);
     if (!r)
-      return r.takeError();
+      return timedOut(r.takeError());
     reports.push_back(std::move(*r));
     chosen = miniTimePoint(reports[0]);
   } else {
     auto rs = profileReports(prob, o, d.ftSimulate);
     if (!rs)
-      return rs.takeError();
+      return timedOut(rs.takeError());
     reports = std::move(*rs);
     llvm::outs() << fmt::format("{:>7} {:>7} {:>14} {:>16} {:>6}\n", "devices",
                                 "points", "least memory", "fastest fitting",

@@ -105,6 +105,14 @@ struct FtModelBuilder : FtPaths {
       }
     };
     rec(0, 0, 0);
+    // Recomputed variants after all kept ones, in the same order.
+    if (m.recompute_ && savesActivations(sem)) {
+      size_t kept = out.size();
+      for (size_t k = 0; k < kept; ++k) {
+        out.push_back(out[k]);
+        out.back().recompute = true;
+      }
+    }
     return out;
   }
 
@@ -273,6 +281,19 @@ struct FtModelBuilder : FtPaths {
       TileMemory tm = p.cost.memory(g, op, tile, p.optimizer);
       m.memory_[o][k] =
           double(tm.weights + tm.gradients + tm.optimizer + tm.saved);
+      if (c.recompute) {
+        // Its forward again in backward; nothing saved, but the graph
+        // inputs it reads are held (kept producers' outputs: edgeCosts).
+        m.compute_[o][k] += kt->forward;
+        m.memory_[o][k] -= double(tm.saved);
+        for (size_t i = 0; i < op.inputs.size(); ++i) {
+          ValueId v = op.inputs[i];
+          if (v != kNoValue && sem.inputs[i].present &&
+              g.value(v).isActivationLike() && g.value(v).producer < 0)
+            m.memory_[o][k] += double(sem.inputRegion(int(i), tile).volume()) *
+                               double(dtypeBytes(g.value(v).dtype));
+        }
+      }
       Seconds sync = 0;
       // Weight-gradient all-reduce among the tiles holding the same shard.
       for (int wi : sem.weightInputs) {
@@ -413,13 +434,22 @@ struct FtModelBuilder : FtPaths {
       fromBg.push_back(grad ? &pathsFrom(total, Bg[b]) : nullptr);
       fromB.push_back(canReuse ? &pathsFrom(total, B[b]) : nullptr);
     }
+    // A recomputed consumer holds its input from a kept producer (a
+    // recomputed one makes it again).
+    std::vector<double> consIn;
+    for (size_t b = 0; b < cb.size(); ++b) {
+      Box t = m.opConfig(ed.consumer, b).tile(cop.sem, 0);
+      consIn.push_back(double(cop.sem.inputRegion(ed.input, t).volume()) *
+                       double(dtypeBytes(val.dtype)));
+    }
     for (size_t a = 0; a < ca.size(); ++a)
       for (size_t b = 0; b < cb.size(); ++b) {
         Seconds fwd = lookup(*fromA[a], A[a], B[b]);
         Seconds bwd = grad ? lookup(*fromBg[b], Bg[b], Ag[a]) : 0;
         auto &opts = tab[a * cb.size() + b];
-        opts.push_back({fwd + bwd, 0});
-        if (canReuse && fwd > 0) {
+        double held = cb[b].recompute && !ca[a].recompute ? consIn[b] : 0;
+        opts.push_back({fwd + bwd, held});
+        if (canReuse && fwd > 0 && !ca[a].recompute && !cb[b].recompute) {
           // Keep the copy before: the consumer re-schedules it again for
           // its backward pass instead of saving its own.
           opts.push_back({fwd + bwd + fwd, -consSaved[b]});
@@ -448,6 +478,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.devices_ = n;
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
+  m.recompute_ = o.recompute;
   FtModelBuilder b(p, m, log2Of(int64_t(n)));
   const Graph &g = p.graph;
   for (const Op &op : g.ops()) {

@@ -158,6 +158,13 @@ profileReports(const SearchProblem &p, const FtOptions &o,
   return out;
 }
 
+size_t recomputedOps(const Strategy &s) {
+  size_t n = 0;
+  for (uint8_t r : s.recompute)
+    n += r != 0;
+  return n;
+}
+
 static size_t reusedTensors(const FtPoint &p) {
   size_t n = 0;
   for (uint8_t r : p.assignment.reuse)
@@ -181,6 +188,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
   j["max_split_loops"] = r.options.maxSplitLoops;
   j["resolution"] = r.options.resolution;
   j["tensor_reuse"] = r.options.tensorReuse;
+  j["recompute"] = r.options.recompute;
   j["ldp"] = r.options.useLdp;
   j["configurations"] = r.stats.totalConfigs;
   j["data_parallel"] = dpTime > 0 ? Json{{"sim_time_s", dpTime},
@@ -195,6 +203,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
                    {"compute_s", s.point.costs.compute},
                    {"network_s", s.point.costs.network},
                    {"reused_tensors", reusedTensors(s.point)},
+                   {"recomputed_ops", recomputedOps(s.strategy)},
                    {"sim_time_s", s.simulated ? Json(s.simTime) : Json()},
                    {"sim_peak_memory_bytes",
                     s.simulated ? Json(s.simPeakMemory) : Json()},

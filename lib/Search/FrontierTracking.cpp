@@ -35,8 +35,16 @@ FtCosts assignmentCosts(const FtModel &m, const FtAssignment &a) {
 
 Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a) {
   Strategy s;
-  for (size_t o = 0; o < m.numOps(); ++o)
+  bool any = false;
+  for (size_t o = 0; o < m.numOps(); ++o) {
     s.configs.push_back(m.opConfig(OpId(o), size_t(a.config[o])));
+    any = any || m.configs(OpId(o))[size_t(a.config[o])].recompute;
+  }
+  if (any) {
+    s.recompute.assign(m.numOps(), 0);
+    for (size_t o = 0; o < m.numOps(); ++o)
+      s.recompute[o] = m.configs(OpId(o))[size_t(a.config[o])].recompute;
+  }
   return s;
 }
 

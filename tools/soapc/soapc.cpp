@@ -166,7 +166,8 @@ static cl::opt<std::string> timeoutOpt(
     cl::desc("Wall-clock limit per searcher, such as 30s or 2m: a searcher "
              "past it gives its best plan so far (or the fastest baseline "
              "when it has none), marked as such"),
-    cl::value_desc("duration"), SOAP_SEARCH_CMDS, cl::cat(soapCat));
+    cl::value_desc("duration"), SOAP_SEARCH_CMDS, cl::sub(frontierCmd),
+    cl::cat(soapCat));
 static cl::opt<int> jobsOpt(
     "jobs",
     cl::desc("compare: searchers run at once (default 0: all, so every row "
@@ -240,6 +241,11 @@ static cl::opt<bool>
                  cl::desc("Keep both copies of every re-scheduled tensor "
                           "(no TensorOpt tensor reuse)"),
                  cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<bool> ftNoRecomputeOpt(
+    "no-recompute",
+    cl::desc("Offer no recomputed configurations (every op keeps what its "
+             "backward reads)"),
+    cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<bool>
     ftNoLdpOpt("no-ldp",
                cl::desc("Eliminate down to one node instead of the linear DP "
@@ -324,6 +330,7 @@ static DriverOptions driverOptions() {
   o.ftSimulate = ftSimulateOpt;
   o.ftNoReuse = ftNoReuseOpt;
   o.ftNoLdp = ftNoLdpOpt;
+  o.ftNoRecompute = ftNoRecomputeOpt;
   o.research = researchOpt;
   o.tolerance = toleranceOpt;
   o.dotPath = dotOpt;

@@ -50,7 +50,7 @@ struct DriverOptions {
   int ftMaxSplitLoops = 1;
   double ftResolution = 0.01;
   unsigned ftSimulate = 32;
-  bool ftNoReuse = false, ftNoLdp = false;
+  bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false;
 
   // check
   bool research = false;

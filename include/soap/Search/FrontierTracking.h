@@ -31,6 +31,13 @@ struct FtOptions {
   /// TensorOpt 4.2: a re-scheduled tensor both sides save for backward may
   /// keep the copy before, after, or both.
   bool tensorReuse = true;
+  /// Recomputation as a configuration (the extension TensorOpt section 2
+  /// names, and issue 17's memory dimension): every configuration of an op
+  /// that saves activations also comes recomputed, its forward run again
+  /// before its backward instead of its saved tensors kept; it then keeps
+  /// the activation inputs that kept producers (or the graph) give it, as
+  /// the simulator counts them (keptBytes).
+  bool recompute = true;
   /// Linear DP over the marked backbone (FT-LDP); false eliminates down to
   /// one node instead (FT-Elimination, for comparison).
   bool useLdp = true;
@@ -62,6 +69,7 @@ struct FtOptions {
 struct FtConfig {
   std::vector<int32_t> degree;
   int32_t replicas = 1;
+  bool recompute = false; ///< FtOptions::recompute
 };
 
 /// One producer-output -> consumer-input use of an activation, or (with
@@ -106,8 +114,10 @@ public:
   const std::vector<FtEdge> &edges() const { return edges_; }
   /// Eq. 2 options of edge `e` for producer config `a`, consumer config `b`:
   /// option 0 keeps both copies; with tensor reuse 1 keeps the copy before
-  /// re-scheduling, 2 the copy after. A weight edge has one option: the
-  /// shared weight's exposed gradient all-reduce and its memory per device.
+  /// re-scheduling, 2 the copy after (neither when either side is
+  /// recomputed). A recomputed consumer of a kept producer holds its input
+  /// region in every option. A weight edge has one option: the shared
+  /// weight's exposed gradient all-reduce and its memory per device.
   const std::vector<FtEdgeOption> &edgeOptions(size_t e, size_t a,
                                                size_t b) const {
     return edgeOpts_[e][a * configs_[edges_[e].consumer].size() + b];
@@ -127,6 +137,7 @@ private:
   friend struct FtPaths;
   size_t devices_ = 1;
   int maxSplitLoops_ = 2;
+  bool recompute_ = true;
   const SearchProblem *problem_ = nullptr;
   std::vector<std::vector<FtConfig>> configs_;
   std::vector<std::vector<Seconds>> compute_, sync_;
@@ -236,6 +247,9 @@ FtKnee frontierKnee(const FtFrontierReport &r);
 llvm::Expected<std::vector<FtFrontierReport>>
 profileReports(const SearchProblem &p, const FtOptions &o,
                size_t maxSimulated = 0);
+
+/// Ops a point's strategy recomputes (the table's and JSON's count).
+size_t recomputedOps(const Strategy &s);
 
 /// JSON of a report (schema in README, "Frontier tracking") and an SVG plot
 /// of memory per device against time, FT's estimate and the simulator's.

@@ -1,9 +1,9 @@
 // TensorOpt frontier tracking (issue 7): Algorithm 1, the re-scheduling
 // shortest path, and the property that FT's frontier equals the brute-force
 // frontier over every strategy of its configuration set (configurations and
-// tensor-reuse options) on a chain, a residual block, a two-branch block, an
-// attention block and a weight shared by two ops; heuristic elimination says
-// it ran.
+// tensor-reuse options, recomputation) on a chain, a residual block, a
+// two-branch block, an attention block and a weight shared by two ops;
+// recomputation's configurations; heuristic elimination says it ran.
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
 #include "soap/Search/FrontierTracking.h"
@@ -253,6 +253,93 @@ TEST_CASE("Tensor reuse trades memory for re-scheduling time", "[ft]") {
   // Reuse only adds options: its least memory is no more than without.
   CHECK(with.points.front().costs.memory <=
         without.points.front().costs.memory);
+}
+
+TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
+  Fixture f;
+  Graph g = attention();
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.devices = 2;
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  FtOptions off = o;
+  off.recompute = false;
+  auto m0 = FtModel::build(p, off);
+  REQUIRE(static_cast<bool>(m0));
+  for (const Op &op : g.ops()) {
+    size_t kept = m0->configs(op.id).size();
+    INFO(op.name << " (" << op.kind << ")");
+    if (!savesActivations(op.sem)) {
+      // Transpose and Add save nothing: no recomputed variant.
+      CHECK(m->configs(op.id).size() == kept);
+      continue;
+    }
+    REQUIRE(m->configs(op.id).size() == 2 * kept);
+    for (size_t k = 0; k < kept; ++k) {
+      const FtConfig &a = m->configs(op.id)[k], &b = m->configs(op.id)[kept + k];
+      CHECK(!a.recompute);
+      CHECK(b.recompute);
+      CHECK(a.degree == b.degree);
+      CHECK(a.replicas == b.replicas);
+      // The forward runs twice; what it saves is not held.
+      Box tile = m->opConfig(op.id, k).tile(op.sem, 0);
+      auto kt = f.cost.kernel(g, op, tile);
+      REQUIRE(static_cast<bool>(kt));
+      CHECK(near(m->computeTime(op.id, kept + k),
+                 m->computeTime(op.id, k) + kt->forward));
+      TileMemory tm = f.cost.memory(g, op, tile, p.optimizer);
+      double graphIn = 0;
+      for (size_t i = 0; i < op.inputs.size(); ++i)
+        if (g.value(op.inputs[i]).kind == ValueKind::Input)
+          graphIn += double(op.sem.inputRegion(int(i), tile).volume()) * 4;
+      CHECK(near(m->memory(op.id, kept + k),
+                 m->memory(op.id, k) - double(tm.saved) + graphIn));
+    }
+  }
+  // A recomputed consumer of a kept producer holds its input; of a
+  // recomputed producer, nothing.
+  bool held = false, none = false;
+  for (size_t e = 0; e < m->edges().size(); ++e) {
+    const FtEdge &ed = m->edges()[e];
+    if (ed.weight)
+      continue;
+    const auto &ca = m->configs(ed.producer), &cb = m->configs(ed.consumer);
+    for (size_t a = 0; a < ca.size(); ++a)
+      for (size_t b = 0; b < cb.size(); ++b) {
+        const auto &opts = m->edgeOptions(e, a, b);
+        if (!cb[b].recompute) {
+          CHECK(opts[0].memory == 0);
+          continue;
+        }
+        // Recomputed on either side: no tensor reuse.
+        CHECK(opts.size() == 1);
+        if (ca[a].recompute) {
+          CHECK(opts[0].memory == 0);
+          none = true;
+        } else {
+          CHECK(opts[0].memory > 0);
+          held = true;
+        }
+      }
+  }
+  CHECK(held);
+  CHECK(none);
+  // The frontier reaches less memory, and its least-memory point recomputes
+  // something and unrolls to a valid strategy that says so.
+  FtResult with = frontierTracking(*m, o), without = frontierTracking(*m0, o);
+  REQUIRE(!with.points.empty());
+  REQUIRE(!without.points.empty());
+  CHECK(with.points.front().costs.memory <
+        without.points.front().costs.memory);
+  Strategy s = assignmentStrategy(*m, with.points.front().assignment);
+  requireOk(verifyStrategy(s, g, f.topo));
+  size_t recomputed = 0;
+  for (size_t o2 = 0; o2 < g.numOps(); ++o2)
+    recomputed += s.recomputes(OpId(o2));
+  CHECK(recomputed > 0);
+  // Its fastest point is the same as without: recomputation only adds time.
+  CHECK(near(with.points.back().costs.time, without.points.back().costs.time));
 }
 
 TEST_CASE("Heuristic elimination says it ran", "[ft]") {

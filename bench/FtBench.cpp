@@ -6,7 +6,8 @@
 // process also pays for page faults). Asserts nothing.
 //   build/bin/bench-ft [--threads N] [--models a,b] [--no-elimination]
 //                      [--repeat N]
-//                      [--max-split-loops N] [--no-reuse] [--resolution R]
+//                      [--max-split-loops N] [--no-reuse] [--no-recompute]
+//                      [--resolution R]
 //                      [--out bench/results/ft.json]
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
@@ -53,7 +54,7 @@ int main(int argc, char **argv) {
   std::string only;
   // soapc's defaults (FtOptions::fast); the flags give the exact 2-D one.
   int split = FtOptions::fast().maxSplitLoops;
-  bool reuse = true;
+  bool reuse = true, recompute = true;
   double resolution = FtOptions::fast().resolution;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
@@ -70,6 +71,8 @@ int main(int argc, char **argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--no-reuse"))
       reuse = false;
+    else if (!std::strcmp(argv[i], "--no-recompute"))
+      recompute = false;
     else if (!std::strcmp(argv[i], "--no-elimination"))
       elimination = false;
   }
@@ -107,6 +110,7 @@ int main(int argc, char **argv) {
       o.useLdp = ldp;
       o.maxSplitLoops = split;
       o.tensorReuse = reuse;
+      o.recompute = recompute;
       o.resolution = resolution;
       std::vector<double> inits, totals;
       FtResult r;
@@ -174,6 +178,7 @@ int main(int argc, char **argv) {
               {"threads", threads},
               {"max_split_loops", split},
               {"tensor_reuse", reuse},
+              {"recompute", recompute},
               {"resolution", resolution},
               {"results", rows}};
   if (auto err = writeFileAtomic(out, dumpJson(doc)))

@@ -318,9 +318,12 @@ public:
       return r.takeError();
     int best = miniTimePoint(*r);
     if (best < 0) {
+      // The least the simulator found (FT's least-memory point need not
+      // be the simulator's: it does not see a recomputed chain's peak).
       double least = 0;
-      if (!r->points.empty())
-        least = double(r->points.front().simPeakMemory);
+      for (const FtScored &pt : r->points)
+        if (pt.simulated && (least == 0 || double(pt.simPeakMemory) < least))
+          least = double(pt.simPeakMemory);
       size_t tooLarge = 0;
       for (const FtScored &pt : r->points)
         tooLarge += pt.tooLarge;
@@ -333,8 +336,8 @@ public:
                          taskLimit(p));
       return makeError(ExitCode::Infeasible,
                        "{}: no point of the cost frontier fits in device "
-                       "memory ({} points; the least needs {} per device, "
-                       "{} available)",
+                       "memory ({} points; the least of those simulated "
+                       "needs {} per device, {} available)",
                        p.graph.sourcePath, r->points.size(), formatBytes(least),
                        formatBytes(double(p.topo.deviceSpec().memoryBytes)));
     }

@@ -545,7 +545,7 @@ void Runner::dropAfterForward(OpId o) {
 
 bool Runner::freedAfterReaders(OpId prod, size_t j) const {
   const Op &po = g_.op(prod);
-  return !keepsOutput(s_, po, j) &&
+  return (!keepsOutput(s_, po, j) || dropoutMaskKept(po, j)) &&
          (s_.recomputes(prod) || !keepsAllOperands(po, opts_));
 }
 

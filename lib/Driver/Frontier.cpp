@@ -94,6 +94,13 @@ llvm::Error runFrontier(const DriverOptions &d) {
   o.tensorReuse = !d.ftNoReuse;
   o.useLdp = !d.ftNoLdp;
   o.recompute = !d.ftNoRecompute;
+  if (d.ftMicroBatches < 1)
+    return inputError("--micro-batches must be at least 1, got {}",
+                      d.ftMicroBatches);
+  if (s.batch % int64_t(d.ftMicroBatches) != 0)
+    return inputError("--micro-batches {} does not divide the batch {}",
+                      d.ftMicroBatches, s.batch);
+  o.microBatches = int32_t(d.ftMicroBatches);
   if (auto err = o.validate())
     return err;
   if (!d.timeout.empty()) {

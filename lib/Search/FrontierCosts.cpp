@@ -30,6 +30,9 @@ llvm::Error FtOptions::validate() const {
                       resolution);
   if (maxMergedConfigs < 1)
     return inputError("ft: the merged-configuration cap must be positive");
+  if (microBatches < 1)
+    return inputError("ft: --micro-batches must be at least 1, got {}",
+                      microBatches);
   return llvm::Error::success();
 }
 
@@ -69,6 +72,22 @@ struct FtModelBuilder : FtPaths {
   FtModelBuilder(const SearchProblem &p, FtModel &m, int bits)
       : FtPaths(p, m, bits) {}
 
+  /// Whether `c` leaves each of m micro-batches whole granules of the
+  /// sample loop (verifyPipeline's rule).
+  bool microBatchable(const OpSemantics &sem, const FtConfig &c) const {
+    int32_t mb = m.microBatches_;
+    if (mb <= 1)
+      return true;
+    for (size_t l = 0; l < sem.loops.size(); ++l)
+      if (sem.loops[l].cls == DimClass::Sample) {
+        const LoopDim &d = sem.loops[l];
+        int64_t parts = int64_t(mb) * c.degree[l];
+        return d.size % parts == 0 &&
+               (d.size / parts) % std::max<int64_t>(1, d.granule) == 0;
+      }
+    return false;
+  }
+
   std::vector<FtConfig> enumerate(const OpSemantics &sem) const {
     std::vector<std::vector<int>> qs(sem.loops.size()); // allowed log2s
     for (size_t l = 0; l < sem.loops.size(); ++l) {
@@ -90,7 +109,8 @@ struct FtModelBuilder : FtPaths {
                                                     int split) {
       if (l == sem.loops.size()) {
         c.replicas = int32_t(1) << (bits - used);
-        out.push_back(c);
+        if (microBatchable(sem, c))
+          out.push_back(c);
         return;
       }
       rec(l + 1, used, split);
@@ -273,25 +293,31 @@ struct FtModelBuilder : FtPaths {
       const FtConfig &c = cs[k];
       OpConfig oc = m.opConfig(o, k);
       Box tile = oc.tile(sem, 0);
-      auto kt = p.cost.kernel(g, op, tile);
+      // One micro-batch's tile: its kernels run m times, its activations
+      // are what one micro-batch holds; the weights are the whole tile's.
+      const int32_t mb = m.microBatches_;
+      Box mbTile = microBatchTile(oc, sem, 0, 0, mb);
+      auto kt = p.cost.kernel(g, op, mbTile);
       if (!kt)
         return kt.takeError();
-      m.compute_[o][k] = kt->forward + kt->backward();
-      bwd[o][k] = kt->backward();
+      m.compute_[o][k] = mb * (kt->forward + kt->backward());
+      bwd[o][k] = mb * kt->backward();
       TileMemory tm = p.cost.memory(g, op, tile, p.optimizer);
+      Bytes saved = p.cost.memory(g, op, mbTile, p.optimizer).saved;
       m.memory_[o][k] =
-          double(tm.weights + tm.gradients + tm.optimizer + tm.saved);
+          double(tm.weights + tm.gradients + tm.optimizer + saved);
       if (c.recompute) {
         // Its forward again in backward; nothing saved, but the graph
         // inputs it reads are held (kept producers' outputs: edgeCosts).
-        m.compute_[o][k] += kt->forward;
-        m.memory_[o][k] -= double(tm.saved);
+        m.compute_[o][k] += mb * kt->forward;
+        m.memory_[o][k] -= double(saved);
         for (size_t i = 0; i < op.inputs.size(); ++i) {
           ValueId v = op.inputs[i];
           if (v != kNoValue && sem.inputs[i].present &&
               g.value(v).isActivationLike() && g.value(v).producer < 0)
-            m.memory_[o][k] += double(sem.inputRegion(int(i), tile).volume()) *
-                               double(dtypeBytes(g.value(v).dtype));
+            m.memory_[o][k] +=
+                double(sem.inputRegion(int(i), mbTile).volume()) *
+                double(dtypeBytes(g.value(v).dtype));
         }
       }
       Seconds sync = 0;
@@ -317,11 +343,13 @@ struct FtModelBuilder : FtPaths {
               sem.inputRegion(wi, tile).volume() *
                   dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype));
       }
+      // What follows runs once per micro-batch, on its tile.
+      Seconds perMb = 0;
       for (size_t j = 0; j < sem.outputs.size(); ++j) {
         ValueId v = op.output(j);
         if (v == kNoValue || !sem.outputs[j].present)
           continue;
-        Bytes outBytes = sem.outputRegion(int(j), tile).volume() *
+        Bytes outBytes = sem.outputRegion(int(j), mbTile).volume() *
                          dtypeBytes(g.value(v).dtype);
         // A partial-sum output nobody reads (the loss) is reduced here.
         std::vector<bool> red(c.degree.size(), false);
@@ -330,8 +358,8 @@ struct FtModelBuilder : FtPaths {
           if (c.degree[size_t(l)] > 1)
             red[size_t(l)] = any = true;
         if (any && g.value(v).users.empty())
-          sync += collectiveOn(Collective::AllReduce, groupOf(c, red, false),
-                               outBytes);
+          perMb += collectiveOn(Collective::AllReduce, groupOf(c, red, false),
+                                outBytes);
         // Split statistics (Softmax's axis, LayerNorm's hidden axis): an
         // all-reduce of one value per row, forward and backward.
         for (size_t l = 0; l < sem.loops.size(); ++l) {
@@ -339,8 +367,8 @@ struct FtModelBuilder : FtPaths {
             continue;
           std::vector<bool> one(c.degree.size(), false);
           one[l] = true;
-          int64_t ext = std::max<int64_t>(1, tile.hi[l] - tile.lo[l]);
-          sync +=
+          int64_t ext = std::max<int64_t>(1, mbTile.hi[l] - mbTile.lo[l]);
+          perMb +=
               2 * collectiveOn(Collective::AllReduce, groupOf(c, one, false),
                                std::max<Bytes>(4, outBytes / ext));
         }
@@ -355,13 +383,13 @@ struct FtModelBuilder : FtPaths {
         std::vector<bool> one(c.degree.size(), false);
         one[l] = true;
         std::vector<DeviceId> grp = groupOf(c, one, false);
-        int64_t rows = sem.exchangeElements(int(l), tile);
+        int64_t rows = sem.exchangeElements(int(l), mbTile);
         Bytes eb = op.outputs.empty() || op.outputs[0] == kNoValue
                        ? 4
                        : dtypeBytes(g.value(op.outputs[0]).dtype);
-        sync += double(steps) *
-                (collectiveOn(Collective::AllGather, grp, rows * eb) +
-                 collectiveOn(Collective::AllReduce, grp, rows * eb));
+        perMb += double(steps) *
+                 (collectiveOn(Collective::AllGather, grp, rows * eb) +
+                  collectiveOn(Collective::AllReduce, grp, rows * eb));
       }
       // TensorOpt 4.2, data loading: graph inputs arrive split by sample
       // and are re-scheduled to the split this config needs.
@@ -373,14 +401,14 @@ struct FtModelBuilder : FtPaths {
         const Value &val = g.value(v);
         Split to = inputSplit(sem, int(i), c, false);
         Split from(to.size(), 0);
-        if (val.shape.rank() > 0 && val.shape[0] % int64_t(m.devices_) == 0 &&
-            to.size() > 2)
+        if (val.shape.rank() > 0 &&
+            (val.shape[0] / mb) % int64_t(m.devices_) == 0 && to.size() > 2)
           from[0] = uint8_t(bits);
         else
           from[to.size() - 1] = uint8_t(bits);
-        sync += reschedule(double(val.bytes()), from, to);
+        perMb += reschedule(double(val.bytes()) / mb, from, to);
       }
-      m.sync_[o][k] = sync;
+      m.sync_[o][k] = sync + mb * perMb;
     }
     return llvm::Error::success();
   }
@@ -390,7 +418,12 @@ struct FtModelBuilder : FtPaths {
     const FtEdge &ed = m.edges_[e];
     const Op &pop = g.op(ed.producer), &cop = g.op(ed.consumer);
     const Value &val = g.value(ed.value);
-    double total = double(val.bytes());
+    // Per micro-batch: its share of the tensor, re-scheduled m times.
+    const int32_t mb = m.microBatches_;
+    double total = double(val.bytes()) / mb;
+    auto mbTile = [&](OpId o, size_t k) {
+      return microBatchTile(m.opConfig(o, k), g.op(o).sem, 0, 0, mb);
+    };
     const auto &ca = m.configs_[ed.producer], &cb = m.configs_[ed.consumer];
     bool grad = std::find(cop.sem.gradInputs.begin(), cop.sem.gradInputs.end(),
                           ed.input) != cop.sem.gradInputs.end();
@@ -413,14 +446,14 @@ struct FtModelBuilder : FtPaths {
       s[r] = 0;
       Asaved.push_back(s);
       Ag.push_back(s);
-      Box t = m.opConfig(ed.producer, a).tile(pop.sem, 0);
+      Box t = mbTile(ed.producer, a);
       prodSaved.push_back(prodSavedPerElem *
                           double(pop.sem.outputRegion(ed.output, t).volume()));
     }
     for (size_t b = 0; b < cb.size(); ++b) {
       B.push_back(inputSplit(cop.sem, ed.input, cb[b], false));
       Bg.push_back(inputSplit(cop.sem, ed.input, cb[b], true));
-      Box t = m.opConfig(ed.consumer, b).tile(cop.sem, 0);
+      Box t = mbTile(ed.consumer, b);
       consSaved.push_back(consSavedPerElem *
                           double(cop.sem.inputRegion(ed.input, t).volume()));
     }
@@ -438,14 +471,14 @@ struct FtModelBuilder : FtPaths {
     // recomputed one makes it again).
     std::vector<double> consIn;
     for (size_t b = 0; b < cb.size(); ++b) {
-      Box t = m.opConfig(ed.consumer, b).tile(cop.sem, 0);
+      Box t = mbTile(ed.consumer, b);
       consIn.push_back(double(cop.sem.inputRegion(ed.input, t).volume()) *
                        double(dtypeBytes(val.dtype)));
     }
     for (size_t a = 0; a < ca.size(); ++a)
       for (size_t b = 0; b < cb.size(); ++b) {
-        Seconds fwd = lookup(*fromA[a], A[a], B[b]);
-        Seconds bwd = grad ? lookup(*fromBg[b], Bg[b], Ag[a]) : 0;
+        Seconds fwd = mb * lookup(*fromA[a], A[a], B[b]);
+        Seconds bwd = grad ? mb * lookup(*fromBg[b], Bg[b], Ag[a]) : 0;
         auto &opts = tab[a * cb.size() + b];
         double held = cb[b].recompute && !ca[a].recompute ? consIn[b] : 0;
         opts.push_back({fwd + bwd, held});
@@ -454,8 +487,8 @@ struct FtModelBuilder : FtPaths {
           // its backward pass instead of saving its own.
           opts.push_back({fwd + bwd + fwd, -consSaved[b]});
           // Keep the copy after: the producer gets its copy back.
-          opts.push_back(
-              {fwd + bwd + lookup(*fromB[b], B[b], Asaved[a]), -prodSaved[a]});
+          opts.push_back({fwd + bwd + mb * lookup(*fromB[b], B[b], Asaved[a]),
+                          -prodSaved[a]});
         }
       }
   }
@@ -479,11 +512,24 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
   m.recompute_ = o.recompute;
+  m.microBatches_ = o.microBatches;
   FtModelBuilder b(p, m, log2Of(int64_t(n)));
   const Graph &g = p.graph;
   for (const Op &op : g.ops()) {
     m.configs_.push_back(b.enumerate(op.sem));
     size_t k = m.configs_.back().size();
+    if (k == 0)
+      return inputError(
+          "{}: ft: no configuration on {} devices leaves each of {} "
+          "micro-batches whole samples{}",
+          g.where(op.id), n, o.microBatches,
+          op.sem.loops.empty() ||
+                  std::none_of(op.sem.loops.begin(), op.sem.loops.end(),
+                               [](const LoopDim &d) {
+                                 return d.cls == DimClass::Sample;
+                               })
+              ? " (it has no sample loop)"
+              : "");
     m.compute_.emplace_back(k);
     m.sync_.emplace_back(k);
     m.memory_.emplace_back(k);

@@ -189,6 +189,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
   j["resolution"] = r.options.resolution;
   j["tensor_reuse"] = r.options.tensorReuse;
   j["recompute"] = r.options.recompute;
+  j["micro_batches"] = r.options.microBatches;
   j["ldp"] = r.options.useLdp;
   j["configurations"] = r.stats.totalConfigs;
   j["data_parallel"] = dpTime > 0 ? Json{{"sim_time_s", dpTime},
@@ -303,6 +304,8 @@ namespace {
 
 /// Points the searcher re-scores with the simulator.
 constexpr size_t kSimulatedPoints = 32;
+/// The most micro-batches the searcher tries.
+constexpr int32_t kMaxMicroBatches = 256;
 
 class FtSearcher : public Searcher {
 public:
@@ -313,11 +316,44 @@ public:
     FtOptions o = FtOptions::fast();
     o.threads = so.threads;
     o.cancelled = [&so] { return so.pastDeadline(); };
-    auto r = frontierReport(p, o, kSimulatedPoints);
-    if (!r)
-      return r.takeError();
-    int best = miniTimePoint(*r);
-    if (best < 0) {
+    // Gradient accumulation, as the other searchers fit with it: m = 1,
+    // then doubled while no point fits, and once one does until two counts
+    // in a row are no faster (or m leaves some op no whole samples).
+    std::optional<FtFrontierReport> best, last;
+    int bestIdx = -1;
+    int misses = 0;
+    for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
+      o.microBatches = m;
+      auto r = frontierReport(p, o, kSimulatedPoints);
+      if (!r) {
+        if (m == 1 || (!best && r.errorIsA<DeadlineExceeded>()))
+          return r.takeError();
+        // No configuration at this count, or the deadline: stop here.
+        llvm::consumeError(r.takeError());
+        break;
+      }
+      int b = miniTimePoint(*r);
+      spdlog::info("ft: {} micro-batch(es): {} frontier points, {}", m,
+                   r->points.size(),
+                   b < 0 ? std::string("none fits")
+                         : fmt::format("fastest that fits {:.3f} ms",
+                                       r->points[size_t(b)].simTime * 1e3));
+      if (b >= 0 && (!best || r->points[size_t(b)].simTime <
+                                  best->points[size_t(bestIdx)].simTime)) {
+        best = std::move(*r);
+        bestIdx = b;
+        misses = 0;
+      } else {
+        if (best && ++misses >= 2)
+          break;
+        if (!best)
+          last = std::move(*r);
+      }
+      if (so.pastDeadline())
+        break;
+    }
+    if (!best) {
+      const FtFrontierReport *r = &*last;
       // The least the simulator found (FT's least-memory point need not
       // be the simulator's: it does not see a recomputed chain's peak).
       double least = 0;
@@ -330,25 +366,28 @@ public:
       if (tooLarge)
         return makeError(ExitCode::Infeasible,
                          "{}: no simulated point of the cost frontier fits in "
-                         "device memory ({} points; {} not simulated: their "
-                         "task graphs pass {} tasks)",
-                         p.graph.sourcePath, r->points.size(), tooLarge,
-                         taskLimit(p));
+                         "device memory ({} points at {} micro-batch(es); {} "
+                         "not simulated: their task graphs pass {} tasks)",
+                         p.graph.sourcePath, r->points.size(),
+                         r->options.microBatches, tooLarge, taskLimit(p));
       return makeError(ExitCode::Infeasible,
                        "{}: no point of the cost frontier fits in device "
-                       "memory ({} points; the least of those simulated "
-                       "needs {} per device, {} available)",
-                       p.graph.sourcePath, r->points.size(), formatBytes(least),
+                       "memory ({} points at {} micro-batch(es); the least "
+                       "of those simulated needs {} per device, {} "
+                       "available)",
+                       p.graph.sourcePath, r->points.size(),
+                       r->options.microBatches, formatBytes(least),
                        formatBytes(double(p.topo.deviceSpec().memoryBytes)));
     }
+    const FtFrontierReport *r = &*best;
     spdlog::info("ft: {} frontier points, {} configurations, backbone {} "
                  "nodes, {:.2f} s",
                  r->points.size(), r->stats.totalConfigs, r->stats.backbone,
                  r->seconds);
     SearchResult res;
     res.timedOut = so.pastDeadline();
-    res.strategy = r->points[size_t(best)].strategy;
-    res.iterationTime = r->points[size_t(best)].simTime;
+    res.strategy = r->points[size_t(bestIdx)].strategy;
+    res.iterationTime = r->points[size_t(bestIdx)].simTime;
     res.proposals = r->points.size();
     return res;
   }

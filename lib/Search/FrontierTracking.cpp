@@ -40,6 +40,7 @@ Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a) {
     s.configs.push_back(m.opConfig(OpId(o), size_t(a.config[o])));
     any = any || m.configs(OpId(o))[size_t(a.config[o])].recompute;
   }
+  s.pipeline.microBatches = m.microBatches();
   if (any) {
     s.recompute.assign(m.numOps(), 0);
     for (size_t o = 0; o < m.numOps(); ++o)

@@ -241,6 +241,11 @@ static cl::opt<bool>
                  cl::desc("Keep both copies of every re-scheduled tensor "
                           "(no TensorOpt tensor reuse)"),
                  cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<unsigned> ftMicroBatchesOpt(
+    "micro-batches",
+    cl::desc("Gradient accumulation: the batch runs as this many "
+             "micro-batches on the same devices (must divide it)"),
+    cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<bool> ftNoRecomputeOpt(
     "no-recompute",
     cl::desc("Offer no recomputed configurations (every op keeps what its "
@@ -331,6 +336,7 @@ static DriverOptions driverOptions() {
   o.ftNoReuse = ftNoReuseOpt;
   o.ftNoLdp = ftNoLdpOpt;
   o.ftNoRecompute = ftNoRecomputeOpt;
+  o.ftMicroBatches = ftMicroBatchesOpt;
   o.research = researchOpt;
   o.tolerance = toleranceOpt;
   o.dotPath = dotOpt;

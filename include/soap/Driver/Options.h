@@ -51,6 +51,7 @@ struct DriverOptions {
   double ftResolution = 0.01;
   unsigned ftSimulate = 32;
   bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false;
+  unsigned ftMicroBatches = 1;
 
   // check
   bool research = false;

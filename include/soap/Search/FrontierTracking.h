@@ -38,6 +38,14 @@ struct FtOptions {
   /// the activation inputs that kept producers (or the graph) give it, as
   /// the simulator counts them (keptBytes).
   bool recompute = true;
+  /// Gradient accumulation: each iteration's batch runs as this many
+  /// micro-batches on the same devices (one stage), gradients synchronised
+  /// once. Kernels, activation transfers and per-row statistics run once
+  /// per micro-batch; one micro-batch's activations are held at a time.
+  /// Configurations whose sample split leaves a micro-batch no whole
+  /// granule are left out; an op with no sample loop cannot run in more
+  /// than one (FtModel::build says so).
+  int32_t microBatches = 1;
   /// Linear DP over the marked backbone (FT-LDP); false eliminates down to
   /// one node instead (FT-Elimination, for comparison).
   bool useLdp = true;
@@ -102,6 +110,7 @@ public:
 
   size_t numOps() const { return configs_.size(); }
   size_t devices() const { return devices_; }
+  int32_t microBatches() const { return microBatches_; }
   const std::vector<FtConfig> &configs(OpId o) const { return configs_[o]; }
   /// Eq. 1 per configuration: computation (forward + backward kernels),
   /// synchronisation (weight-gradient, statistics and partial-sum
@@ -138,6 +147,7 @@ private:
   size_t devices_ = 1;
   int maxSplitLoops_ = 2;
   bool recompute_ = true;
+  int32_t microBatches_ = 1;
   const SearchProblem *problem_ = nullptr;
   std::vector<std::vector<FtConfig>> configs_;
   std::vector<std::vector<Seconds>> compute_, sync_;

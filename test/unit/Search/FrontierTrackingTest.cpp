@@ -342,6 +342,69 @@ TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
   CHECK(near(with.points.back().costs.time, without.points.back().costs.time));
 }
 
+TEST_CASE("Micro-batches: kernels m times, one micro-batch held", "[ft]") {
+  Fixture f;
+  Graph g = chain(); // batch 8
+  SearchProblem p{g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.devices = 4;
+  o.recompute = false;
+  auto m1 = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m1));
+  FtOptions o2 = o;
+  o2.microBatches = 2;
+  auto m2 = FtModel::build(p, o2);
+  REQUIRE(static_cast<bool>(m2));
+  CHECK(m2->microBatches() == 2);
+  for (const Op &op : g.ops()) {
+    INFO(op.name);
+    // Every configuration leaves each micro-batch whole samples: 8 / (2 x
+    // the sample degree), so a sample degree of 8 would not.
+    for (size_t k = 0; k < m2->configs(op.id).size(); ++k) {
+      const FtConfig &c = m2->configs(op.id)[k];
+      OpConfig oc = m2->opConfig(op.id, k);
+      Box mb = microBatchTile(oc, op.sem, 0, 0, 2);
+      Box whole = oc.tile(op.sem, 0);
+      CHECK(c.degree[0] * 2 <= 8);
+      // The same config at m = 1: the kernels run twice on half the rows,
+      // the activations held are one micro-batch's.
+      size_t k1 = 0;
+      while (k1 < m1->configs(op.id).size() &&
+             (m1->configs(op.id)[k1].degree != c.degree ||
+              m1->configs(op.id)[k1].replicas != c.replicas))
+        ++k1;
+      REQUIRE(k1 < m1->configs(op.id).size());
+      auto kt = f.cost.kernel(g, op, mb);
+      REQUIRE(static_cast<bool>(kt));
+      CHECK(near(m2->computeTime(op.id, k), 2 * (kt->forward + kt->backward())));
+      TileMemory half = f.cost.memory(g, op, mb, p.optimizer);
+      TileMemory full = f.cost.memory(g, op, whole, p.optimizer);
+      CHECK(near(m2->memory(op.id, k),
+                 m1->memory(op.id, k1) - double(full.saved) +
+                     double(half.saved)));
+    }
+  }
+  // The frontier holds less at its least-memory end, every point unrolls
+  // to a valid strategy of 2 micro-batches, and FT's frontier is still the
+  // brute-force one.
+  FtResult r1 = frontierTracking(*m1, o), r2 = frontierTracking(*m2, o2);
+  REQUIRE(!r2.points.empty());
+  CHECK(r2.points.front().costs.memory < r1.points.front().costs.memory);
+  for (const FtPoint &pt : r2.points) {
+    Strategy s = assignmentStrategy(*m2, pt.assignment);
+    CHECK(s.pipeline.microBatches == 2);
+    requireOk(verifyStrategy(s, g, f.topo));
+  }
+  requireSameFrontier(r2, bruteForceFrontier(*m2, 20000000));
+  // A count no configuration can take: 8 samples in 16 micro-batches.
+  FtOptions o16 = o;
+  o16.microBatches = 16;
+  auto bad = FtModel::build(p, o16);
+  REQUIRE(!bad);
+  CHECK(llvm::toString(bad.takeError()).find("16 micro-batches") !=
+        std::string::npos);
+}
+
 TEST_CASE("Heuristic elimination says it ran", "[ft]") {
   Fixture f;
   Graph g = attention();

@@ -7,6 +7,7 @@
 //   build/bin/bench-ft [--threads N] [--models a,b] [--no-elimination]
 //                      [--repeat N]
 //                      [--max-split-loops N] [--no-reuse] [--no-recompute]
+//                      [--no-zero]
 //                      [--resolution R]
 //                      [--out bench/results/ft.json]
 #include "soap/Import/OnnxImporter.h"
@@ -54,7 +55,7 @@ int main(int argc, char **argv) {
   std::string only;
   // soapc's defaults (FtOptions::fast); the flags give the exact 2-D one.
   int split = FtOptions::fast().maxSplitLoops;
-  bool reuse = true, recompute = true;
+  bool reuse = true, recompute = true, zero = true;
   double resolution = FtOptions::fast().resolution;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
@@ -73,6 +74,8 @@ int main(int argc, char **argv) {
       reuse = false;
     else if (!std::strcmp(argv[i], "--no-recompute"))
       recompute = false;
+    else if (!std::strcmp(argv[i], "--no-zero"))
+      zero = false;
     else if (!std::strcmp(argv[i], "--no-elimination"))
       elimination = false;
   }
@@ -111,6 +114,7 @@ int main(int argc, char **argv) {
       o.maxSplitLoops = split;
       o.tensorReuse = reuse;
       o.recompute = recompute;
+      o.zero = zero;
       o.resolution = resolution;
       std::vector<double> inits, totals;
       FtResult r;
@@ -179,6 +183,7 @@ int main(int argc, char **argv) {
               {"max_split_loops", split},
               {"tensor_reuse", reuse},
               {"recompute", recompute},
+              {"zero", zero},
               {"resolution", resolution},
               {"results", rows}};
   if (auto err = writeFileAtomic(out, dumpJson(doc)))

@@ -32,21 +32,21 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
       r.stats.branchEliminations, r.stats.heuristicEliminations,
       r.stats.backbone, r.stats.totalConfigs, r.seconds);
   llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
-                              "{:>6} {:>11} {:>12} {:>4}\n",
+                              "{:>6} {:>5} {:>11} {:>12} {:>4}\n",
                               "point", "memory(FT)", "time(FT)", "compute",
-                              "network", "reuse", "recomp", "time(sim)",
-                              "memory(sim)", "fits");
+                              "network", "reuse", "recomp", "zero",
+                              "time(sim)", "memory(sim)", "fits");
   for (size_t i = 0; i < r.points.size(); ++i) {
     const FtScored &p = r.points[i];
     size_t reused = 0;
     for (uint8_t x : p.point.assignment.reuse)
       reused += x != 0;
     llvm::outs() << fmt::format(
-        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} {:>11} "
-        "{:>12} {:>4}{}\n",
+        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} {:>5} "
+        "{:>11} {:>12} {:>4}{}\n",
         i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
-        recomputedOps(p.strategy),
+        recomputedOps(p.strategy), zeroOps(p.strategy),
         p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
         p.simulated ? formatBytes(double(p.simPeakMemory)) : "-",
         !p.simulated ? "-"
@@ -94,6 +94,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
   o.tensorReuse = !d.ftNoReuse;
   o.useLdp = !d.ftNoLdp;
   o.recompute = !d.ftNoRecompute;
+  o.zero = !d.ftNoZero;
   if (d.ftMicroBatches < 1)
     return inputError("--micro-batches must be at least 1, got {}",
                       d.ftMicroBatches);

@@ -210,6 +210,38 @@ struct FtModelBuilder : FtPaths {
     return g;
   }
 
+  /// The devices that hold the same shard of weight input `wi` as device 0
+  /// under `c` (its data-parallel group).
+  std::vector<DeviceId> weightGroup(const OpSemantics &sem, int wi,
+                                    const FtConfig &c) const {
+    std::vector<bool> loops(c.degree.size());
+    for (size_t l = 0; l < loops.size(); ++l)
+      loops[l] = !indexes(sem.inputs[wi], int(l));
+    return groupOf(c, loops, true);
+  }
+
+  /// FtOptions::zero: ZeRO stages 1-3 of each configuration whose weights
+  /// (none shared with another op) are replicated, after all the others.
+  void addZeroVariants(const Op &op, std::vector<FtConfig> &cs) const {
+    if (!m.zero_ || op.sem.weightInputs.empty())
+      return;
+    for (int wi : op.sem.weightInputs)
+      if (op.input(size_t(wi)) != kNoValue && shared(op.inputs[size_t(wi)]))
+        return;
+    size_t n = cs.size();
+    for (uint8_t z = 1; z <= 3; ++z)
+      for (size_t k = 0; k < n; ++k) {
+        bool replicated = false;
+        for (int wi : op.sem.weightInputs)
+          if (op.sem.inputs[wi].present && op.input(size_t(wi)) != kNoValue)
+            replicated = replicated || weightGroup(op.sem, wi, cs[k]).size() > 1;
+        if (!replicated)
+          continue;
+        cs.push_back(cs[k]);
+        cs.back().zero = z;
+      }
+  }
+
   /// A weight more than one op reads (tied embeddings, unrolled RNN steps).
   bool shared(ValueId w) const {
     const Value &v = p.graph.value(w);
@@ -333,15 +365,28 @@ struct FtModelBuilder : FtPaths {
                                       p.optimizer));
           continue;
         }
-        std::vector<bool> loops(c.degree.size());
-        for (size_t l = 0; l < loops.size(); ++l)
-          loops[l] = !indexes(sem.inputs[wi], int(l));
-        std::vector<DeviceId> grp = groupOf(c, loops, true);
+        std::vector<DeviceId> grp = weightGroup(sem, wi, c);
+        DType wt = g.value(op.inputs[size_t(wi)]).dtype;
+        int64_t elems = sem.inputRegion(wi, tile).volume();
         if (grp.size() > 1)
-          wsync[o][k] += collectiveOn(
-              Collective::AllReduce, grp,
-              sem.inputRegion(wi, tile).volume() *
-                  dtypeBytes(g.value(op.inputs[size_t(wi)]).dtype));
+          wsync[o][k] +=
+              collectiveOn(Collective::AllReduce, grp, elems * dtypeBytes(wt));
+        if (c.zero && grp.size() > 1) {
+          // Held 1/R: the state, then the gradient, then the weight.
+          WeightBytes wb = weightBytes(wt, p.optimizer);
+          double off = double(elems) * (1 - 1.0 / double(grp.size()));
+          m.memory_[o][k] -= off * double(wb.optimizer);
+          if (c.zero >= 2)
+            m.memory_[o][k] -= off * double(wb.gradient);
+          if (c.zero == 3) {
+            m.memory_[o][k] -= off * double(wb.weight);
+            Seconds ag = collectiveOn(Collective::AllGather, grp,
+                                      elems * Bytes(wb.weight));
+            sync += double(m.microBatches_) *
+                    (std::max(0.0, ag - kt->forward) +
+                     std::max(0.0, ag - kt->backward()));
+          }
+        }
       }
       // What follows runs once per micro-batch, on its tile.
       Seconds perMb = 0;
@@ -512,11 +557,13 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
   m.recompute_ = o.recompute;
+  m.zero_ = o.zero;
   m.microBatches_ = o.microBatches;
   FtModelBuilder b(p, m, log2Of(int64_t(n)));
   const Graph &g = p.graph;
   for (const Op &op : g.ops()) {
     m.configs_.push_back(b.enumerate(op.sem));
+    b.addZeroVariants(op, m.configs_.back());
     size_t k = m.configs_.back().size();
     if (k == 0)
       return inputError(

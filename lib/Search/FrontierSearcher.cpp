@@ -165,6 +165,13 @@ size_t recomputedOps(const Strategy &s) {
   return n;
 }
 
+size_t zeroOps(const Strategy &s) {
+  size_t n = 0;
+  for (uint8_t z : s.zero)
+    n += z != 0;
+  return n;
+}
+
 static size_t reusedTensors(const FtPoint &p) {
   size_t n = 0;
   for (uint8_t r : p.assignment.reuse)
@@ -190,6 +197,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
   j["tensor_reuse"] = r.options.tensorReuse;
   j["recompute"] = r.options.recompute;
   j["micro_batches"] = r.options.microBatches;
+  j["zero"] = r.options.zero;
   j["ldp"] = r.options.useLdp;
   j["configurations"] = r.stats.totalConfigs;
   j["data_parallel"] = dpTime > 0 ? Json{{"sim_time_s", dpTime},
@@ -205,6 +213,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
                    {"network_s", s.point.costs.network},
                    {"reused_tensors", reusedTensors(s.point)},
                    {"recomputed_ops", recomputedOps(s.strategy)},
+                   {"zero_ops", zeroOps(s.strategy)},
                    {"sim_time_s", s.simulated ? Json(s.simTime) : Json()},
                    {"sim_peak_memory_bytes",
                     s.simulated ? Json(s.simPeakMemory) : Json()},

@@ -41,6 +41,14 @@ Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a) {
     any = any || m.configs(OpId(o))[size_t(a.config[o])].recompute;
   }
   s.pipeline.microBatches = m.microBatches();
+  bool anyZero = false;
+  for (size_t o = 0; o < m.numOps(); ++o)
+    anyZero = anyZero || m.configs(OpId(o))[size_t(a.config[o])].zero;
+  if (anyZero) {
+    s.zero.assign(m.numOps(), 0);
+    for (size_t o = 0; o < m.numOps(); ++o)
+      s.zero[o] = m.configs(OpId(o))[size_t(a.config[o])].zero;
+  }
   if (any) {
     s.recompute.assign(m.numOps(), 0);
     for (size_t o = 0; o < m.numOps(); ++o)

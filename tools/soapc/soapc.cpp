@@ -246,6 +246,11 @@ static cl::opt<unsigned> ftMicroBatchesOpt(
     cl::desc("Gradient accumulation: the batch runs as this many "
              "micro-batches on the same devices (must divide it)"),
     cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<bool> ftNoZeroOpt(
+    "no-zero",
+    cl::desc("Offer no ZeRO-sharded configurations (every replica holds its "
+             "whole weights, gradients and optimizer state)"),
+    cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<bool> ftNoRecomputeOpt(
     "no-recompute",
     cl::desc("Offer no recomputed configurations (every op keeps what its "
@@ -336,6 +341,7 @@ static DriverOptions driverOptions() {
   o.ftNoReuse = ftNoReuseOpt;
   o.ftNoLdp = ftNoLdpOpt;
   o.ftNoRecompute = ftNoRecomputeOpt;
+  o.ftNoZero = ftNoZeroOpt;
   o.ftMicroBatches = ftMicroBatchesOpt;
   o.research = researchOpt;
   o.tolerance = toleranceOpt;

@@ -50,7 +50,8 @@ struct DriverOptions {
   int ftMaxSplitLoops = 1;
   double ftResolution = 0.01;
   unsigned ftSimulate = 32;
-  bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false;
+  bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false,
+       ftNoZero = false;
   unsigned ftMicroBatches = 1;
 
   // check

@@ -46,6 +46,15 @@ struct FtOptions {
   /// granule are left out; an op with no sample loop cannot run in more
   /// than one (FtModel::build says so).
   int32_t microBatches = 1;
+  /// Sharding as a configuration (issue 17): every configuration of an op
+  /// whose weights (read by it alone) are replicated over a data-parallel
+  /// group also comes with ZeRO stages 1, 2 and 3 over that group — the
+  /// optimizer state, then the gradients, then the weights held 1/R; the
+  /// gradient's reduce-scatter and all-gather cost what its all-reduce did
+  /// (a ring all-reduce is the two), and stage 3 gathers the weight before
+  /// the op's forward and backward of each micro-batch, exposed where it
+  /// is longer than that pass's kernel (FSDP's prefetch hides the rest).
+  bool zero = true;
   /// Linear DP over the marked backbone (FT-LDP); false eliminates down to
   /// one node instead (FT-Elimination, for comparison).
   bool useLdp = true;
@@ -78,6 +87,7 @@ struct FtConfig {
   std::vector<int32_t> degree;
   int32_t replicas = 1;
   bool recompute = false; ///< FtOptions::recompute
+  uint8_t zero = 0;       ///< FtOptions::zero: the ZeRO stage, 0 to 3
 };
 
 /// One producer-output -> consumer-input use of an activation, or (with
@@ -147,6 +157,7 @@ private:
   size_t devices_ = 1;
   int maxSplitLoops_ = 2;
   bool recompute_ = true;
+  bool zero_ = true;
   int32_t microBatches_ = 1;
   const SearchProblem *problem_ = nullptr;
   std::vector<std::vector<FtConfig>> configs_;
@@ -258,8 +269,10 @@ llvm::Expected<std::vector<FtFrontierReport>>
 profileReports(const SearchProblem &p, const FtOptions &o,
                size_t maxSimulated = 0);
 
-/// Ops a point's strategy recomputes (the table's and JSON's count).
+/// Ops a point's strategy recomputes, and those it gives a ZeRO stage (the
+/// table's and JSON's counts).
 size_t recomputedOps(const Strategy &s);
+size_t zeroOps(const Strategy &s);
 
 /// JSON of a report (schema in README, "Frontier tracking") and an SVG plot
 /// of memory per device against time, FT's estimate and the simulator's.

@@ -184,6 +184,7 @@ TEST_CASE("FT's frontier equals the brute-force frontier", "[ft]") {
     SECTION(c.name) {
       SearchProblem p{c.g, f.topo, f.cost, f.coll};
       FtOptions o;
+      o.zero = false; // ZeRO variants: their own test
       o.devices = c.devices;
       auto m = FtModel::build(p, o);
       REQUIRE(static_cast<bool>(m));
@@ -260,6 +261,7 @@ TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
   Graph g = attention();
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
+  o.zero = false; // ZeRO variants: their own test
   o.devices = 2;
   auto m = FtModel::build(p, o);
   REQUIRE(static_cast<bool>(m));
@@ -347,6 +349,7 @@ TEST_CASE("Micro-batches: kernels m times, one micro-batch held", "[ft]") {
   Graph g = chain(); // batch 8
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
+  o.zero = false; // ZeRO variants: their own test
   o.devices = 4;
   o.recompute = false;
   auto m1 = FtModel::build(p, o);
@@ -405,11 +408,112 @@ TEST_CASE("Micro-batches: kernels m times, one micro-batch held", "[ft]") {
         std::string::npos);
 }
 
+TEST_CASE("ZeRO stages are configurations of replicated weights", "[ft]") {
+  Fixture f;
+  Graph g = chain();
+  SearchProblem p{g, f.topo, f.cost, f.coll, Optimizer::Adam};
+  FtOptions o;
+  o.devices = 4;
+  o.recompute = false;
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  FtOptions off = o;
+  off.zero = false;
+  auto m0 = FtModel::build(p, off);
+  REQUIRE(static_cast<bool>(m0));
+  bool sharded = false;
+  for (const Op &op : g.ops()) {
+    INFO(op.name);
+    const auto &cs = m->configs(op.id);
+    size_t kept = m0->configs(op.id).size();
+    if (op.sem.weightInputs.empty()) {
+      CHECK(cs.size() == kept); // a Relu has nothing to shard
+      continue;
+    }
+    // The plain configurations first, unchanged; then stages 1, 2, 3 of
+    // each one whose weight is replicated.
+    for (size_t k = 0; k < kept; ++k) {
+      CHECK(cs[k].zero == 0);
+      CHECK(near(m->memory(op.id, k), m0->memory(op.id, k)));
+      CHECK(near(m->syncTime(op.id, k), m0->syncTime(op.id, k)));
+    }
+    const Value &w = g.value(op.inputs[1]);
+    WeightBytes wb = weightBytes(w.dtype, Optimizer::Adam);
+    size_t replicatedConfigs = 0;
+    for (size_t k = 0; k < kept; ++k) {
+      Box t = m0->opConfig(op.id, k).tile(op.sem, 0);
+      // Devices holding device 0's shard: the tiles that differ only in
+      // loops the weight does not index, and the replicas.
+      int64_t shards = *w.shape.numElements() /
+                       op.sem.inputRegion(1, t).volume();
+      int64_t R = int64_t(m->devices()) / shards;
+      if (R < 2)
+        continue;
+      ++replicatedConfigs;
+      double off1 = double(op.sem.inputRegion(1, t).volume()) *
+                    (1 - 1.0 / double(R));
+      size_t found = 0;
+      for (size_t z = kept; z < cs.size(); ++z) {
+        if (cs[z].degree != cs[k].degree || cs[z].replicas != cs[k].replicas)
+          continue;
+        ++found;
+        double drop = off1 * double(wb.optimizer);
+        if (cs[z].zero >= 2)
+          drop += off1 * double(wb.gradient);
+        if (cs[z].zero == 3)
+          drop += off1 * double(wb.weight);
+        CHECK(near(m->memory(op.id, z), m->memory(op.id, k) - drop));
+        // Stages 1 and 2 cost the all-reduce they replace; stage 3 adds
+        // the gathers its kernels do not hide.
+        if (cs[z].zero < 3)
+          CHECK(near(m->syncTime(op.id, z), m->syncTime(op.id, k)));
+        else
+          CHECK(m->syncTime(op.id, z) >= m->syncTime(op.id, k));
+        sharded = true;
+      }
+      CHECK(found == 3);
+    }
+    CHECK(cs.size() == kept + 3 * replicatedConfigs);
+  }
+  CHECK(sharded);
+  // Every point a valid strategy whose ZeRO ops have a data-parallel
+  // group; FT's frontier is still the brute-force one.
+  FtResult with = frontierTracking(*m, o), without = frontierTracking(*m0, off);
+  REQUIRE(!with.points.empty());
+  // It only adds choices: every point without ZeRO is matched or beaten,
+  // and some strictly (as fast, less memory).
+  bool better = false;
+  for (const FtPoint &a : without.points) {
+    bool matched = false;
+    for (const FtPoint &b : with.points) {
+      matched = matched || (b.costs.time <= a.costs.time * (1 + 1e-12) &&
+                            b.costs.memory <= a.costs.memory * (1 + 1e-12));
+      better = better || (b.costs.time <= a.costs.time * (1 + 1e-12) &&
+                          b.costs.memory < a.costs.memory * (1 - 1e-9));
+    }
+    CHECK(matched);
+  }
+  CHECK(better);
+  size_t zeroOps = 0;
+  for (const FtPoint &pt : with.points) {
+    Strategy s = assignmentStrategy(*m, pt.assignment);
+    requireOk(verifyStrategy(s, g, f.topo));
+    for (const Op &op : g.ops())
+      if (s.zeroStage(op.id)) {
+        ++zeroOps;
+        CHECK(hasDataParallelGroup(g, s, op.id));
+      }
+  }
+  CHECK(zeroOps > 0);
+  requireSameFrontier(with, bruteForceFrontier(*m, 20000000));
+}
+
 TEST_CASE("Heuristic elimination says it ran", "[ft]") {
   Fixture f;
   Graph g = attention();
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
+  o.zero = false; // ZeRO variants: their own test
   o.devices = 2;
   o.maxMergedConfigs = 1; // no branch merge allowed
   auto m = FtModel::build(p, o);
@@ -466,6 +570,7 @@ TEST_CASE("A shared weight is held and all-reduced once", "[ft]") {
   SearchProblem pt{tied, f.topo, f.cost, f.coll},
       pu{untied, f.topo, f.cost, f.coll};
   FtOptions o;
+  o.zero = false; // ZeRO variants: their own test
   o.devices = 4;
   auto mt = FtModel::build(pt, o);
   auto mu = FtModel::build(pu, o);

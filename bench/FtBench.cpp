@@ -7,7 +7,7 @@
 //   build/bin/bench-ft [--threads N] [--models a,b] [--no-elimination]
 //                      [--repeat N]
 //                      [--max-split-loops N] [--no-reuse] [--no-recompute]
-//                      [--no-zero]
+//                      [--zero]
 //                      [--resolution R]
 //                      [--out bench/results/ft.json]
 #include "soap/Import/OnnxImporter.h"
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   std::string only;
   // soapc's defaults (FtOptions::fast); the flags give the exact 2-D one.
   int split = FtOptions::fast().maxSplitLoops;
-  bool reuse = true, recompute = true, zero = true;
+  bool reuse = true, recompute = true, zero = false;
   double resolution = FtOptions::fast().resolution;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
@@ -74,8 +74,8 @@ int main(int argc, char **argv) {
       reuse = false;
     else if (!std::strcmp(argv[i], "--no-recompute"))
       recompute = false;
-    else if (!std::strcmp(argv[i], "--no-zero"))
-      zero = false;
+    else if (!std::strcmp(argv[i], "--zero"))
+      zero = true;
     else if (!std::strcmp(argv[i], "--no-elimination"))
       elimination = false;
   }

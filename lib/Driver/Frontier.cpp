@@ -94,7 +94,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
   o.tensorReuse = !d.ftNoReuse;
   o.useLdp = !d.ftNoLdp;
   o.recompute = !d.ftNoRecompute;
-  o.zero = !d.ftNoZero;
+  o.zero = d.ftZero;
   if (d.ftMicroBatches < 1)
     return inputError("--micro-batches must be at least 1, got {}",
                       d.ftMicroBatches);

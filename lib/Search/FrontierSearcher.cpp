@@ -327,38 +327,44 @@ public:
     o.cancelled = [&so] { return so.pastDeadline(); };
     // Gradient accumulation, as the other searchers fit with it: m = 1,
     // then doubled while no point fits, and once one does until two counts
-    // in a row are no faster (or m leaves some op no whole samples).
+    // in a row are no faster (or m leaves some op no whole samples). ZeRO
+    // stages only where nothing fits without them (they slow FT down).
     std::optional<FtFrontierReport> best, last;
     int bestIdx = -1;
-    int misses = 0;
-    for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
-      o.microBatches = m;
-      auto r = frontierReport(p, o, kSimulatedPoints);
-      if (!r) {
-        if (m == 1 || (!best && r.errorIsA<DeadlineExceeded>()))
-          return r.takeError();
-        // No configuration at this count, or the deadline: stop here.
-        llvm::consumeError(r.takeError());
-        break;
-      }
-      int b = miniTimePoint(*r);
-      spdlog::info("ft: {} micro-batch(es): {} frontier points, {}", m,
-                   r->points.size(),
-                   b < 0 ? std::string("none fits")
-                         : fmt::format("fastest that fits {:.3f} ms",
-                                       r->points[size_t(b)].simTime * 1e3));
-      if (b >= 0 && (!best || r->points[size_t(b)].simTime <
-                                  best->points[size_t(bestIdx)].simTime)) {
-        best = std::move(*r);
-        bestIdx = b;
-        misses = 0;
-      } else {
-        if (best && ++misses >= 2)
+    for (bool zero : {false, true}) {
+      o.zero = zero;
+      int misses = 0;
+      for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
+        o.microBatches = m;
+        auto r = frontierReport(p, o, kSimulatedPoints);
+        if (!r) {
+          if ((m == 1 && !zero) || (!best && r.errorIsA<DeadlineExceeded>()))
+            return r.takeError();
+          // No configuration at this count, or the deadline: stop here.
+          llvm::consumeError(r.takeError());
           break;
-        if (!best)
-          last = std::move(*r);
+        }
+        int b = miniTimePoint(*r);
+        spdlog::info("ft: {} micro-batch(es){}: {} frontier points, {}", m,
+                     zero ? ", ZeRO" : "", r->points.size(),
+                     b < 0 ? std::string("none fits")
+                           : fmt::format("fastest that fits {:.3f} ms",
+                                         r->points[size_t(b)].simTime * 1e3));
+        if (b >= 0 && (!best || r->points[size_t(b)].simTime <
+                                    best->points[size_t(bestIdx)].simTime)) {
+          best = std::move(*r);
+          bestIdx = b;
+          misses = 0;
+        } else {
+          if (best && ++misses >= 2)
+            break;
+          if (!best)
+            last = std::move(*r);
+        }
+        if (so.pastDeadline())
+          break;
       }
-      if (so.pastDeadline())
+      if (best || so.pastDeadline())
         break;
     }
     if (!best) {

@@ -246,10 +246,11 @@ static cl::opt<unsigned> ftMicroBatchesOpt(
     cl::desc("Gradient accumulation: the batch runs as this many "
              "micro-batches on the same devices (must divide it)"),
     cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
-static cl::opt<bool> ftNoZeroOpt(
-    "no-zero",
-    cl::desc("Offer no ZeRO-sharded configurations (every replica holds its "
-             "whole weights, gradients and optimizer state)"),
+static cl::opt<bool> ftZeroOpt(
+    "zero",
+    cl::desc("Also offer ZeRO stages 1-3 of every configuration whose "
+             "weights are replicated (slower on graphs with many weighted "
+             "ops)"),
     cl::init(false), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<bool> ftNoRecomputeOpt(
     "no-recompute",
@@ -341,7 +342,7 @@ static DriverOptions driverOptions() {
   o.ftNoReuse = ftNoReuseOpt;
   o.ftNoLdp = ftNoLdpOpt;
   o.ftNoRecompute = ftNoRecomputeOpt;
-  o.ftNoZero = ftNoZeroOpt;
+  o.ftZero = ftZeroOpt;
   o.ftMicroBatches = ftMicroBatchesOpt;
   o.research = researchOpt;
   o.tolerance = toleranceOpt;

@@ -51,7 +51,7 @@ struct DriverOptions {
   double ftResolution = 0.01;
   unsigned ftSimulate = 32;
   bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false,
-       ftNoZero = false;
+       ftZero = false;
   unsigned ftMicroBatches = 1;
 
   // check

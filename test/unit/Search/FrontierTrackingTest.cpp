@@ -184,8 +184,7 @@ TEST_CASE("FT's frontier equals the brute-force frontier", "[ft]") {
     SECTION(c.name) {
       SearchProblem p{c.g, f.topo, f.cost, f.coll};
       FtOptions o;
-      o.zero = false; // ZeRO variants: their own test
-      o.devices = c.devices;
+          o.devices = c.devices;
       auto m = FtModel::build(p, o);
       REQUIRE(static_cast<bool>(m));
       std::vector<FtCosts> bf = bruteForceFrontier(*m, 20000000);
@@ -261,7 +260,6 @@ TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
   Graph g = attention();
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
-  o.zero = false; // ZeRO variants: their own test
   o.devices = 2;
   auto m = FtModel::build(p, o);
   REQUIRE(static_cast<bool>(m));
@@ -349,7 +347,6 @@ TEST_CASE("Micro-batches: kernels m times, one micro-batch held", "[ft]") {
   Graph g = chain(); // batch 8
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
-  o.zero = false; // ZeRO variants: their own test
   o.devices = 4;
   o.recompute = false;
   auto m1 = FtModel::build(p, o);
@@ -415,6 +412,7 @@ TEST_CASE("ZeRO stages are configurations of replicated weights", "[ft]") {
   FtOptions o;
   o.devices = 4;
   o.recompute = false;
+  o.zero = true;
   auto m = FtModel::build(p, o);
   REQUIRE(static_cast<bool>(m));
   FtOptions off = o;
@@ -513,7 +511,6 @@ TEST_CASE("Heuristic elimination says it ran", "[ft]") {
   Graph g = attention();
   SearchProblem p{g, f.topo, f.cost, f.coll};
   FtOptions o;
-  o.zero = false; // ZeRO variants: their own test
   o.devices = 2;
   o.maxMergedConfigs = 1; // no branch merge allowed
   auto m = FtModel::build(p, o);
@@ -570,7 +567,6 @@ TEST_CASE("A shared weight is held and all-reduced once", "[ft]") {
   SearchProblem pt{tied, f.topo, f.cost, f.coll},
       pu{untied, f.topo, f.cost, f.coll};
   FtOptions o;
-  o.zero = false; // ZeRO variants: their own test
   o.devices = 4;
   auto mt = FtModel::build(pt, o);
   auto mu = FtModel::build(pu, o);

@@ -331,12 +331,19 @@ public:
     // stages only where nothing fits without them (they slow FT down).
     std::optional<FtFrontierReport> best, last;
     int bestIdx = -1;
+    // A proposal budget bounds the frontier points simulated, over all
+    // counts (each count simulates at most kSimulatedPoints).
+    uint64_t left = so.budget.proposals ? so.budget.proposals : UINT64_MAX;
     for (bool zero : {false, true}) {
       o.zero = zero;
       int misses = 0;
       for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
+        if (left < 2 && (best || last))
+          break; // the budget is spent (a report simulates 2 at least)
         o.microBatches = m;
-        auto r = frontierReport(p, o, kSimulatedPoints);
+        size_t sims = size_t(std::min<uint64_t>(kSimulatedPoints,
+                                                std::max<uint64_t>(left, 2)));
+        auto r = frontierReport(p, o, sims);
         if (!r) {
           if ((m == 1 && !zero) || (!best && r.errorIsA<DeadlineExceeded>()))
             return r.takeError();
@@ -344,6 +351,8 @@ public:
           llvm::consumeError(r.takeError());
           break;
         }
+        for (const FtScored &pt : r->points)
+          left -= pt.simulated && left > 0 ? 1 : 0;
         int b = miniTimePoint(*r);
         spdlog::info("ft: {} micro-batch(es){}: {} frontier points, {}", m,
                      zero ? ", ZeRO" : "", r->points.size(),
@@ -364,7 +373,7 @@ public:
         if (so.pastDeadline())
           break;
       }
-      if (best || so.pastDeadline())
+      if (best || so.pastDeadline() || left < 2)
         break;
     }
     if (!best) {

@@ -108,9 +108,7 @@ llvm::Error runFrontier(const DriverOptions &d) {
     auto t = parseDuration(d.timeout, "--timeout");
     if (!t)
       return t.takeError();
-    auto end = std::chrono::steady_clock::now() +
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   std::chrono::duration<double>(*t));
+    auto end = secondsAfter(std::chrono::steady_clock::now(), *t);
     o.cancelled = [end] { return std::chrono::steady_clock::now() >= end; };
   }
   // Past --timeout the frontier is incomplete: no point is given.

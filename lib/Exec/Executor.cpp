@@ -319,6 +319,12 @@ static bool keepsOutput(const Strategy &s, const Op &op, size_t j) {
   return !s.recomputes(op.id) && saves(op, int(j), true);
 }
 
+/// A Dropout's output: its kernel keeps the byte mask it drew (Task::mask),
+/// all its backward reads, so the output itself is kept for nobody.
+static bool dropoutMask(const Op &op, size_t j) {
+  return op.kind == "Dropout" && j == 0;
+}
+
 static bool isMaxPool(const Op &op) {
   return llvm::StringRef(op.kind).contains("MaxPool");
 }
@@ -498,9 +504,9 @@ void Runner::reread(OpId prod, size_t j) {
     keepReluMask(prod);
     return;
   }
-  if (po.kind == "Dropout" && j == 0) {
+  if (dropoutMask(po, j)) {
     for (Task &t : tasks(prod))
-      t.out[0].drop(); // its kernel kept the mask it drew
+      t.out[0].drop();
     return;
   }
   if (saves(po, int(j), true) || keepsOutput(s_, po, j) ||
@@ -545,7 +551,7 @@ void Runner::dropAfterForward(OpId o) {
 
 bool Runner::freedAfterReaders(OpId prod, size_t j) const {
   const Op &po = g_.op(prod);
-  return (!keepsOutput(s_, po, j) || dropoutMaskKept(po, j)) &&
+  return (!keepsOutput(s_, po, j) || dropoutMask(po, j)) &&
          (s_.recomputes(prod) || !keepsAllOperands(po, opts_));
 }
 
@@ -575,20 +581,11 @@ void Runner::outputRead(OpId prod, size_t j) {
     keepReluMask(prod);
     return;
   }
-  if (dropoutMaskKept(po, j)) {
-    for (Task &t : tasks(prod))
-      t.out[0].drop();
-    return;
-  }
   if (!freedAfterReaders(prod, j))
     return;
   for (Task &t : tasks(prod))
     if (j < t.out.size())
       t.out[j].drop();
-}
-
-bool Runner::dropoutMaskKept(const Op &op, size_t j) const {
-  return op.kind == "Dropout" && j == 0 && keepsOutput(s_, op, j);
 }
 
 void Runner::keepReluMask(OpId relu) {

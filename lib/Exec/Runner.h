@@ -120,10 +120,6 @@ private:
   void reread(OpId prod, size_t j);
   /// A Relu's output replaced by its 1-byte mask (what its backward reads).
   void keepReluMask(OpId relu);
-  /// A kept Dropout's output: its kernel keeps the 1-byte mask it drew
-  /// (Task::mask), which is all its backward reads, so the output is freed
-  /// once its readers have it.
-  bool dropoutMaskKept(const Op &op, size_t j) const;
   /// Whether output `j` of `prod` is freed once its readers have run.
   bool freedAfterReaders(OpId prod, size_t j) const;
   /// Whether `o`'s input `i` is exactly `prod`'s output `j` tile by tile

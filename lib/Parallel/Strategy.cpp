@@ -196,12 +196,24 @@ Box microBatchTile(const OpConfig &c, const OpSemantics &sem, int64_t k,
   return b;
 }
 
-/// The first sample loop of `sem`, or -1.
-static int sampleLoop(const OpSemantics &sem) {
+int sampleLoop(const OpSemantics &sem) {
   for (size_t l = 0; l < sem.loops.size(); ++l)
     if (sem.loops[l].cls == DimClass::Sample)
       return int(l);
   return -1;
+}
+
+bool microBatchesDivide(const OpSemantics &sem,
+                        const std::vector<int32_t> &degree, int32_t m) {
+  if (m <= 1)
+    return true;
+  int l = sampleLoop(sem);
+  if (l < 0)
+    return false;
+  const LoopDim &ld = sem.loops[size_t(l)];
+  int64_t parts = int64_t(m) * degree[size_t(l)];
+  return ld.size % parts == 0 &&
+         (ld.size / parts) % std::max<int64_t>(1, ld.granule) == 0;
 }
 
 llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
@@ -242,9 +254,7 @@ llvm::Error verifyPipeline(const Strategy &s, const Graph &g) {
                           "{} micro-batches",
                           g.where(o.id), p.microBatches);
       const LoopDim &ld = o.sem.loops[size_t(l)];
-      int64_t parts =
-          int64_t(p.microBatches) * s.configs[o.id].degree[size_t(l)];
-      if (ld.size % parts != 0 || (ld.size / parts) % ld.granule != 0)
+      if (!microBatchesDivide(o.sem, s.configs[o.id].degree, p.microBatches))
         return inputError("{}: {} micro-batches x degree {} do not divide "
                           "its sample loop '{}' of {}",
                           g.where(o.id), p.microBatches,

@@ -70,18 +70,14 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
   out.searcher = searcher.str();
   auto t0 = std::chrono::steady_clock::now();
   SearchOptions o = options;
-  auto after = [&](double seconds) {
-    return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                    std::chrono::duration<double>(seconds));
-  };
   if (o.timeoutSeconds > 0)
-    o.deadline = after(o.timeoutSeconds);
+    o.deadline = secondsAfter(t0, o.timeoutSeconds);
   // A time budget for a searcher without one of its own ends it as a
   // deadline does.
   bool budgetFirst = false;
   if (o.budget.seconds > 0 && !info->readsTimeBudget &&
       (o.timeoutSeconds <= 0 || o.budget.seconds < o.timeoutSeconds)) {
-    o.deadline = after(o.budget.seconds);
+    o.deadline = secondsAfter(t0, o.budget.seconds);
     budgetFirst = true;
   }
   auto r = info->create()->search(p, o);

@@ -72,22 +72,6 @@ struct FtModelBuilder : FtPaths {
   FtModelBuilder(const SearchProblem &p, FtModel &m, int bits)
       : FtPaths(p, m, bits) {}
 
-  /// Whether `c` leaves each of m micro-batches whole granules of the
-  /// sample loop (verifyPipeline's rule).
-  bool microBatchable(const OpSemantics &sem, const FtConfig &c) const {
-    int32_t mb = m.microBatches_;
-    if (mb <= 1)
-      return true;
-    for (size_t l = 0; l < sem.loops.size(); ++l)
-      if (sem.loops[l].cls == DimClass::Sample) {
-        const LoopDim &d = sem.loops[l];
-        int64_t parts = int64_t(mb) * c.degree[l];
-        return d.size % parts == 0 &&
-               (d.size / parts) % std::max<int64_t>(1, d.granule) == 0;
-      }
-    return false;
-  }
-
   std::vector<FtConfig> enumerate(const OpSemantics &sem) const {
     std::vector<std::vector<int>> qs(sem.loops.size()); // allowed log2s
     for (size_t l = 0; l < sem.loops.size(); ++l) {
@@ -109,7 +93,7 @@ struct FtModelBuilder : FtPaths {
                                                     int split) {
       if (l == sem.loops.size()) {
         c.replicas = int32_t(1) << (bits - used);
-        if (microBatchable(sem, c))
+        if (microBatchesDivide(sem, c.degree, m.microBatches_))
           out.push_back(c);
         return;
       }
@@ -228,15 +212,16 @@ struct FtModelBuilder : FtPaths {
     for (int wi : op.sem.weightInputs)
       if (op.input(size_t(wi)) != kNoValue && shared(op.inputs[size_t(wi)]))
         return;
-    size_t n = cs.size();
+    std::vector<size_t> replicated;
+    for (size_t k = 0; k < cs.size(); ++k)
+      for (int wi : op.sem.weightInputs)
+        if (op.sem.inputs[wi].present && op.input(size_t(wi)) != kNoValue &&
+            weightGroup(op.sem, wi, cs[k]).size() > 1) {
+          replicated.push_back(k);
+          break;
+        }
     for (uint8_t z = 1; z <= 3; ++z)
-      for (size_t k = 0; k < n; ++k) {
-        bool replicated = false;
-        for (int wi : op.sem.weightInputs)
-          if (op.sem.inputs[wi].present && op.input(size_t(wi)) != kNoValue)
-            replicated = replicated || weightGroup(op.sem, wi, cs[k]).size() > 1;
-        if (!replicated)
-          continue;
+      for (size_t k : replicated) {
         cs.push_back(cs[k]);
         cs.back().zero = z;
       }
@@ -570,13 +555,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
           "{}: ft: no configuration on {} devices leaves each of {} "
           "micro-batches whole samples{}",
           g.where(op.id), n, o.microBatches,
-          op.sem.loops.empty() ||
-                  std::none_of(op.sem.loops.begin(), op.sem.loops.end(),
-                               [](const LoopDim &d) {
-                                 return d.cls == DimClass::Sample;
-                               })
-              ? " (it has no sample loop)"
-              : "");
+          sampleLoop(op.sem) < 0 ? " (it has no sample loop)" : "");
     m.compute_.emplace_back(k);
     m.sync_.emplace_back(k);
     m.memory_.emplace_back(k);

@@ -35,25 +35,22 @@ FtCosts assignmentCosts(const FtModel &m, const FtAssignment &a) {
 
 Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a) {
   Strategy s;
-  bool any = false;
+  std::vector<uint8_t> recompute, zero;
   for (size_t o = 0; o < m.numOps(); ++o) {
     s.configs.push_back(m.opConfig(OpId(o), size_t(a.config[o])));
-    any = any || m.configs(OpId(o))[size_t(a.config[o])].recompute;
+    const FtConfig &c = m.configs(OpId(o))[size_t(a.config[o])];
+    recompute.push_back(c.recompute);
+    zero.push_back(c.zero);
   }
   s.pipeline.microBatches = m.microBatches();
-  bool anyZero = false;
-  for (size_t o = 0; o < m.numOps(); ++o)
-    anyZero = anyZero || m.configs(OpId(o))[size_t(a.config[o])].zero;
-  if (anyZero) {
-    s.zero.assign(m.numOps(), 0);
-    for (size_t o = 0; o < m.numOps(); ++o)
-      s.zero[o] = m.configs(OpId(o))[size_t(a.config[o])].zero;
-  }
-  if (any) {
-    s.recompute.assign(m.numOps(), 0);
-    for (size_t o = 0; o < m.numOps(); ++o)
-      s.recompute[o] = m.configs(OpId(o))[size_t(a.config[o])].recompute;
-  }
+  // Empty when nothing is recomputed or sharded, as other strategies.
+  auto any = [](const std::vector<uint8_t> &v) {
+    return std::any_of(v.begin(), v.end(), [](uint8_t x) { return x != 0; });
+  };
+  if (any(recompute))
+    s.recompute = std::move(recompute);
+  if (any(zero))
+    s.zero = std::move(zero);
   return s;
 }
 

@@ -169,6 +169,15 @@ std::vector<uint8_t> recomputePolicy(const Graph &g, bool full);
 /// micro-batch divisibility).
 llvm::Error verifyPipeline(const Strategy &s, const Graph &g);
 
+/// The first sample loop of `sem`, or -1.
+int sampleLoop(const OpSemantics &sem);
+
+/// Whether `m` micro-batches of an op split `degree`-ways per loop leave
+/// each micro-batch's tiles whole granules of its sample loop (true for
+/// m <= 1; false when it has no sample loop): verifyPipeline's rule.
+bool microBatchesDivide(const OpSemantics &sem,
+                        const std::vector<int32_t> &degree, int32_t m);
+
 /// The box of tile `k` of `c` for micro-batch `mb` of `m`: the sample
 /// loop's range narrowed to the micro-batch (tile(sem, k) when m == 1).
 Box microBatchTile(const OpConfig &c, const OpSemantics &sem, int64_t k,

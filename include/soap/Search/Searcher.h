@@ -42,6 +42,13 @@ struct Budget {
   std::string str() const;
 };
 
+/// The steady-clock time `seconds` after `t0` (a deadline).
+inline std::chrono::steady_clock::time_point
+secondsAfter(std::chrono::steady_clock::time_point t0, double seconds) {
+  return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(seconds));
+}
+
 struct SearchProgress {
   Seconds best = 0; ///< best feasible iteration time so far
   uint64_t proposals = 0;

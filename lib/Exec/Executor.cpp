@@ -5,8 +5,8 @@
 #include "soap/Exec/Executor.h"
 
 #include "ElementwiseFn.h"
-#include "Gemm.h"
 #include "ExecRules.h"
+#include "Gemm.h"
 #include "Runner.h"
 #include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
@@ -642,23 +642,6 @@ void Runner::backward(OpId o) {
     t.gout.assign(op.outputs.size(), Buf());
     t.gin.assign(op.inputs.size(), Buf());
   }
-  lendGradients(o);
-  // No gradient for a graph input or a constant where the kernel can skip
-  // one (what needs none gets none).
-  bool skip = opts_.backend == "cpu" &&
-              exec::findKernel(op.kind, opts_.backend)->skipsEmptyGradients;
-  for (Task &t : ts)
-    for (size_t i = 0; i < op.inputs.size(); ++i) {
-      ValueId v = op.inputs[i];
-      if (v == kNoValue || !isFloating(g_.value(v).dtype) ||
-          !t.gin[i].data.empty() ||
-          (i == 0 && (reluInPlace(o, t) || aliasesReshape(o))))
-        continue;
-      ValueKind kind = g_.value(v).kind;
-      if (skip && kind != ValueKind::Activation && kind != ValueKind::Weight)
-        continue;
-      t.gin[i].reset(p.inReg[i][t.tile]);
-    }
   bool loss = op.kind == "SoftmaxCrossEntropyLoss";
   for (size_t j = 0; j < op.outputs.size(); ++j) {
     ValueId vid = op.outputs[j];
@@ -720,6 +703,26 @@ void Runner::backward(OpId o) {
               ut.gin[i] = Buf();
     }
   }
+  lendGradients(o);
+  // The input gradients once the output gradients are assembled (the users'
+  // pieces and the received ones are freed by then), as the simulator
+  // counts them: the assembly and the kernel are two phases of the op's
+  // backward. No gradient for a graph input or a constant where the kernel can
+  // skip one (what needs none gets none).
+  bool skip = opts_.backend == "cpu" &&
+              exec::findKernel(op.kind, opts_.backend)->skipsEmptyGradients;
+  for (Task &t : ts)
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ValueId v = op.inputs[i];
+      if (v == kNoValue || !isFloating(g_.value(v).dtype) ||
+          !t.gin[i].data.empty() ||
+          (i == 0 && (reluInPlace(o, t) || aliasesReshape(o))))
+        continue;
+      ValueKind kind = g_.value(v).kind;
+      if (skip && kind != ValueKind::Activation && kind != ValueKind::Weight)
+        continue;
+      t.gin[i].reset(p.inReg[i][t.tile]);
+    }
   bool inPlace = false;
   if (aliasesReshape(o)) {
     for (Task &t : ts) {

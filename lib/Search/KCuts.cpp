@@ -446,15 +446,31 @@ public:
     if (e->second)
       return r;
     // SOYBEAN minimises communication, not memory: when its tiling does
-    // not fit, fall back to data parallelism if that fits.
+    // not fit, the same tiling with gradient accumulation, ZeRO and
+    // recomputation (fitMicroBatches: micro-batches doubled while nothing
+    // fits or they still pay), else data parallelism as it is.
+    uint64_t simulated = 0;
+    Strategy fitted = r.strategy;
+    auto fit = fitMicroBatches(p, fitted, memoryLadder(), simulated, o);
+    if (!fit)
+      return fit.takeError();
+    r.proposals += simulated;
+    if (*fit) {
+      spdlog::info("kcuts: the k-cuts tiling fits with m={}{}",
+                   fitted.pipeline.microBatches, (*fit)->second.str());
+      r.strategy = std::move(fitted);
+      r.iterationTime = (*fit)->first;
+      return r;
+    }
     Strategy dp = dataParallel(g, p.topo);
     auto de = evaluate(p, dp);
     if (!de)
       return de.takeError();
     if (!de->second)
       return makeError(ExitCode::Infeasible,
-                       "{}: neither the k-cuts tiling nor data parallelism "
-                       "fits in device memory",
+                       "{}: neither the k-cuts tiling (with micro-batches, "
+                       "ZeRO and recomputation) nor data parallelism fits in "
+                       "device memory",
                        g.sourcePath);
     spdlog::info("kcuts: the k-cuts tiling does not fit in device memory; "
                  "returning data parallelism");

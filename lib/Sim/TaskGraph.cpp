@@ -480,8 +480,12 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
       until = std::max(until, tg.recomputedUntil_[u]);
     }
   }
+  tg.kernelMem_.assign(g.numOps(), {});
+  tg.leafMem_.assign(g.numOps(), {});
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
+  for (const Op &o : g.ops())
+    tg.setLeafMemory(o.id);
   return llvm::Expected<TaskGraph>(std::move(tg));
 }
 
@@ -582,8 +586,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
                               ctx_->graph.where(o)))
     return err;
-  if (fold_.active() &&
-      !configFolds(c, op.sem, fold_.block, fold_.period))
+  if (fold_.active() && !configFolds(c, op.sem, fold_.block, fold_.period))
     return llvm::make_error<FoldBroken>(ctx_->graph.where(o));
   const Pipeline &pipe = strategy_.pipeline;
   if (pipe.active()) {
@@ -618,6 +621,12 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   addOpMemory(o, -1);
   strategy_.configs[o] = c;
   addOpMemory(o, +1);
+  // The op's gradient assembly and its producers' (which sum the gradients
+  // it gives them) depend on its tiling.
+  setLeafMemory(o);
+  for (ValueId v : op.inputs)
+    if (v != kNoValue && ctx_->graph.value(v).producer >= 0)
+      setLeafMemory(ctx_->graph.value(v).producer);
   if (auto err = buildOp(o))
     return err;
   changed = opTasks_[o].own;
@@ -729,6 +738,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     outT.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   const Pipeline &pipe = strategy_.pipeline;
   int32_t m = pipe.microBatches;
+  if (sign < 0)
+    kernelMem_[size_t(o)].clear();
   // A micro-batch's activations, for each micro-batch the stage holds: when
   // the oldest one's backward runs, the others' are all still saved.
   int64_t inFlight = pipe.inFlight(pipe.stage(o));
@@ -838,7 +849,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       dm.saved += sign * kept * inFlight;
       t.rangeAdd(0, n, sign * kept * (inFlight - 1));
       t.rangeAdd(uo, n, sign * kept);
-      t.rangeAdd(uo, uo + 1, sign * during);
+      if (sign > 0)
+        kernelMem_[uo][d] += during;
       for (const auto &[from, b] : waiting)
         t.rangeAdd(from, uo, sign * b);
       t.rangeAdd(uo, size_t(recomputedUntil_[uo]) + 1, sign * again);
@@ -848,6 +860,141 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       dm.workspace = std::max<Bytes>(t.peak() - dm.saved, 0);
     }
   }
+}
+
+/// What op `p`'s backward holds on each device (block 0's) while it
+/// assembles its output gradients, as soap-run does (Exec/Assemble.cpp), one
+/// output after another: the gradient tiles of this output and the ones
+/// before it, the readers' input-gradient tiles summed into it, and the
+/// pieces received from the devices that hold them (a tile that is one
+/// received piece whole is received in place). Nothing for an output whose
+/// one reader tiles it alike on the same devices: its gradient is taken,
+/// not assembled. Depends on `p`'s configuration and its readers'.
+std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
+  const Graph &g = ctx_->graph;
+  const Op &op = g.op(p);
+  const OpConfig &pc = strategy_.configs[p];
+  int32_t m = strategy_.pipeline.microBatches;
+  std::map<DeviceId, Bytes> held, most;
+  if (op.kind == "SoftmaxCrossEntropyLoss")
+    return most;
+  struct Piece {
+    Box box;
+    std::vector<DeviceId> devices;
+  };
+  for (size_t j = 0; j < op.outputs.size(); ++j) {
+    ValueId v = op.outputs[j];
+    if (v == kNoValue || !isFloating(g.value(v).dtype))
+      continue;
+    Bytes eb = dtypeBytes(g.value(v).dtype);
+    std::vector<Piece> outs;
+    for (int64_t k = 0; k < pc.numTiles(); ++k) {
+      Piece o{op.sem.outputRegion(int(j), microBatchTile(pc, op.sem, k, 0, m)),
+              {}};
+      for (int32_t r = 0; r < pc.replicas; ++r)
+        o.devices.push_back(pc.device(k, r));
+      outs.push_back(std::move(o));
+    }
+    // The readers' input-gradient tiles.
+    std::vector<Piece> srcs;
+    std::set<OpId> users(g.value(v).users.begin(), g.value(v).users.end());
+    size_t readers = 0;
+    bool alike = true;
+    for (OpId u : users) {
+      const Op &uo = g.op(u);
+      const OpConfig &uc = strategy_.configs[u];
+      for (size_t i = 0; i < uo.inputs.size(); ++i) {
+        if (uo.inputs[i] != v ||
+            std::find(uo.sem.gradInputs.begin(), uo.sem.gradInputs.end(),
+                      int(i)) == uo.sem.gradInputs.end())
+          continue;
+        ++readers;
+        alike = alike && uc.numTiles() == pc.numTiles();
+        for (int64_t k = 0; k < uc.numTiles(); ++k) {
+          Piece s{
+              uo.sem.inputRegion(int(i), microBatchTile(uc, uo.sem, k, 0, m)),
+              {}};
+          for (int32_t r = 0; r < uc.replicas; ++r)
+            s.devices.push_back(uc.device(k, r));
+          alike = alike && s.box == outs[size_t(k)].box &&
+                  s.devices == outs[size_t(k)].devices;
+          srcs.push_back(std::move(s));
+        }
+      }
+    }
+    // Tiles writing one region are partial sums, added.
+    for (size_t k = 0; alike && k < outs.size(); ++k)
+      for (size_t k2 = 0; alike && k2 < k; ++k2)
+        alike = !(outs[k2].box == outs[k].box);
+    std::map<DeviceId, Bytes> now;
+    for (const Piece &o : outs)
+      for (DeviceId d : o.devices)
+        if (mine(d))
+          held[d] += o.box.volume() * eb;
+    if (readers == 0)
+      continue;
+    if (readers == 1 && alike)
+      continue;
+    for (const Piece &s : srcs)
+      for (DeviceId d : s.devices)
+        if (mine(d))
+          now[d] += s.box.volume() * eb;
+    for (const Piece &o : outs)
+      for (DeviceId d : o.devices) {
+        if (!mine(d))
+          continue;
+        Bytes remote = 0;
+        size_t pieces = 0;
+        bool whole = false;
+        for (const Piece &s : srcs) {
+          Box inter = s.box.intersect(o.box);
+          if (inter.empty())
+            continue;
+          ++pieces;
+          if (std::find(s.devices.begin(), s.devices.end(), d) !=
+              s.devices.end())
+            continue;
+          remote += inter.volume() * eb;
+          whole = inter == o.box;
+        }
+        if (!(pieces == 1 && whole))
+          now[d] += remote;
+      }
+    for (const auto &[d, b] : held)
+      now[d] += b;
+    for (const auto &[d, b] : now)
+      most[d] = std::max(most[d], b);
+  }
+  return most;
+}
+
+/// Op `p`'s leaf of the backward pass's memory on each device: the larger
+/// of its kernel's phase (addOpMemory) and its gradients' assembly. What was
+/// added before is taken off first, so the same configurations give the
+/// same integers in any order.
+void TaskGraph::setLeafMemory(OpId p) {
+  size_t up = size_t(p);
+  std::map<DeviceId, Bytes> leaf = kernelMem_[up];
+  for (const auto &[d, b] : assemblyBytes(p))
+    leaf[d] = std::max(leaf[d], b);
+  std::set<DeviceId> touched;
+  for (const auto &[d, b] : leafMem_[up]) {
+    peaks_[d].rangeAdd(up, up + 1, -b);
+    touched.insert(d);
+  }
+  leafMem_[up].clear();
+  for (const auto &[d, b] : leaf) {
+    if (b == 0)
+      continue;
+    PeakTree &t = peaks_[d];
+    if (t.size == 0)
+      t.init(ctx_->graph.numOps());
+    t.rangeAdd(up, up + 1, b);
+    leafMem_[up].emplace_back(d, b);
+    touched.insert(d);
+  }
+  for (DeviceId d : touched)
+    mem_[d].workspace = std::max<Bytes>(peaks_[d].peak() - mem_[d].saved, 0);
 }
 
 } // namespace soap

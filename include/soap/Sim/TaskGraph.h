@@ -197,10 +197,11 @@ public:
   /// (every op's, as at the end of the forward pass); receive buffers (none
   /// today: Task::bufferDevice); and as workspace, the most that the backward
   /// pass holds beyond the saved activations it has not yet freed (an op's
-  /// output and input gradients, gradients waiting for their producer,
-  /// recomputed activations, ZeRO's gathered weights and whole weight
-  /// gradients), which can be less than a workspace since the later ops' saved
-  /// activations are freed by then.
+  /// output and input gradients, or while it assembles its output gradients
+  /// the readers' pieces and those received from other devices; gradients
+  /// waiting for their producer, recomputed activations, ZeRO's gathered
+  /// weights and whole weight gradients), which can be less than a workspace
+  /// since the later ops' saved activations are freed by then.
   struct DeviceMemory {
     Bytes weights = 0, gradients = 0, optimizer = 0, saved = 0, buffers = 0,
           workspace = 0;
@@ -363,6 +364,13 @@ private:
                   int64_t v);
   };
   std::vector<PeakTree> peaks_; ///< per device, built on first use
+  /// Per op and device: what its backward's kernel phase holds (the output
+  /// and input gradients, the workspace, ZeRO's gathered weights).
+  std::vector<std::map<DeviceId, Bytes>> kernelMem_;
+  /// Per op: what setLeafMemory added at its leaf, per device.
+  std::vector<std::vector<std::pair<DeviceId, Bytes>>> leafMem_;
+  std::map<DeviceId, Bytes> assemblyBytes(OpId p) const;
+  void setLeafMemory(OpId p);
   /// Per op: the highest op whose backward recomputes it (its own id when
   /// it is not recomputed, or first recomputed by its own backward).
   std::vector<OpId> recomputedUntil_;

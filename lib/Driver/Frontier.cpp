@@ -18,10 +18,14 @@ namespace soap {
 static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
                           int chosen) {
   llvm::outs() << fmt::format(
-      "frontier on {} devices: {} points, {} (eliminations: node {}, edge {}, "
-      "branch {}, heuristic {}; backbone {} nodes; {} configurations; "
-      "{:.2f} s)\n",
-      r.devices, r.points.size(),
+      "frontier on {} devices{}: {} points, {} (eliminations: node {}, "
+      "edge {}, branch {}, heuristic {}; backbone {} nodes; {} "
+      "configurations; {:.2f} s)\n",
+      r.devices,
+      r.options.nodeMesh ? fmt::format(" (node mesh: tensor parallel up to {})",
+                                       r.options.nodeMesh)
+                         : std::string(),
+      r.points.size(),
       !r.stats.exact() ? std::string("heuristic elimination used, may miss "
                                      "points")
       : r.options.resolution > 0
@@ -34,8 +38,8 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
   llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
                               "{:>6} {:>5} {:>11} {:>12} {:>4}\n",
                               "point", "memory(FT)", "time(FT)", "compute",
-                              "network", "reuse", "recomp", "zero",
-                              "time(sim)", "memory(sim)", "fits");
+                              "network", "reuse", "recomp", "zero", "time(sim)",
+                              "memory(sim)", "fits");
   for (size_t i = 0; i < r.points.size(); ++i) {
     const FtScored &p = r.points[i];
     size_t reused = 0;
@@ -90,6 +94,21 @@ llvm::Error runFrontier(const DriverOptions &d) {
   FtOptions o;
   o.threads = d.threads == 0 ? std::min(256, availableCores()) : d.threads;
   o.maxSplitLoops = d.ftMaxSplitLoops;
+  if (d.ftMesh == "node" || d.ftMesh == "auto") {
+    o.nodeMesh = FtOptions::nodeMeshFor(*s.topo);
+    if (d.ftMesh == "node" && o.nodeMesh == 0) {
+      size_t nodes = s.topo->numNodes(), n = s.topo->numDevices();
+      size_t per = nodes ? n / nodes : n;
+      o.nodeMesh =
+          nodes && n % nodes == 0 && (per & (per - 1)) == 0 ? int32_t(per) : 0;
+      if (o.nodeMesh == 0)
+        return inputError("--mesh node: {} devices in {} nodes is not a "
+                          "power of two per node",
+                          n, nodes);
+    }
+  } else if (d.ftMesh != "1d") {
+    return inputError("--mesh must be 1d, node or auto, got '{}'", d.ftMesh);
+  }
   o.resolution = d.ftResolution;
   o.tensorReuse = !d.ftNoReuse;
   o.useLdp = !d.ftNoLdp;

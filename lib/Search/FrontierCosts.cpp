@@ -16,6 +16,14 @@
 
 namespace soap {
 
+int32_t FtOptions::nodeMeshFor(const Topology &topo) {
+  size_t n = topo.numDevices(), nodes = topo.numNodes();
+  if (n <= 64 || nodes < 2 || n % nodes != 0)
+    return 0;
+  size_t per = n / nodes;
+  return (per & (per - 1)) == 0 ? int32_t(per) : 0;
+}
+
 llvm::Error FtOptions::validate() const {
   if (devices != 0 && (devices & (devices - 1)) != 0)
     return inputError("ft: the device count must be a power of two, got {}",
@@ -23,8 +31,12 @@ llvm::Error FtOptions::validate() const {
   if (maxSplitLoops < 1 || maxSplitLoops > 4)
     return inputError("ft: --max-split-loops must be 1 to 4, got {}",
                       maxSplitLoops);
+  if (nodeMesh < 0 || (nodeMesh & (nodeMesh - 1)) != 0)
+    return inputError("ft: the node mesh must be a power of two, got {}",
+                      nodeMesh);
   if (threads < 1 || threads > 256)
-    return inputError("--threads must be between 0 (every core) and 256, got {}", threads);
+    return inputError(
+        "--threads must be between 0 (every core) and 256, got {}", threads);
   if (!(resolution >= 0 && resolution < 0.5))
     return inputError("ft: --resolution must be in [0, 0.5), got {}",
                       resolution);
@@ -86,6 +98,24 @@ struct FtModelBuilder : FtPaths {
       }
     }
     std::vector<FtConfig> out;
+    if (m.nodeMesh_ > 0)
+      nodeMesh(sem, qs, bits, out);
+    else
+      oneMesh(sem, qs, bits, out);
+    // Recomputed variants after all kept ones, in the same order.
+    if (m.recompute_ && savesActivations(sem)) {
+      size_t kept = out.size();
+      for (size_t k = 0; k < kept; ++k) {
+        out.push_back(out[k]);
+        out.back().recompute = true;
+      }
+    }
+    return out;
+  }
+
+  /// At most maxSplitLoops loops split, the rest of the devices replicas.
+  void oneMesh(const OpSemantics &sem, const std::vector<std::vector<int>> &qs,
+               int bits, std::vector<FtConfig> &out) const {
     FtConfig c;
     c.degree.assign(sem.loops.size(), 1);
     // Depth-first over loops in order, so configs come in a fixed order.
@@ -109,15 +139,44 @@ struct FtModelBuilder : FtPaths {
       }
     };
     rec(0, 0, 0);
-    // Recomputed variants after all kept ones, in the same order.
-    if (m.recompute_ && savesActivations(sem)) {
-      size_t kept = out.size();
-      for (size_t k = 0; k < kept; ++k) {
-        out.push_back(out[k]);
-        out.back().recompute = true;
+  }
+
+  /// FtOptions::nodeMesh: no other loop split, or one loop (not the sample
+  /// loop) split 2 .. nodeMesh ways in loop order; the sample loop then
+  /// takes the largest degree it allows of the devices left, the rest are
+  /// replicas.
+  void nodeMesh(const OpSemantics &sem, const std::vector<std::vector<int>> &qs,
+                int bits, std::vector<FtConfig> &out) const {
+    int sl = sampleLoop(sem);
+    FtConfig c;
+    c.degree.assign(sem.loops.size(), 1);
+    auto add = [&](int rest) {
+      int qn = 0;
+      if (sl >= 0)
+        for (int q : qs[size_t(sl)])
+          if (q <= rest)
+            qn = q;
+      if (sl >= 0)
+        c.degree[size_t(sl)] = int32_t(1) << qn;
+      c.replicas = int32_t(1) << (rest - qn);
+      if (microBatchesDivide(sem, c.degree, m.microBatches_))
+        out.push_back(c);
+      if (sl >= 0)
+        c.degree[size_t(sl)] = 1;
+    };
+    add(bits);
+    int most = log2Of(m.nodeMesh_);
+    for (size_t l = 0; l < sem.loops.size(); ++l) {
+      if (int(l) == sl)
+        continue;
+      for (int q : qs[l]) {
+        if (q > most || q > bits)
+          break;
+        c.degree[l] = int32_t(1) << q;
+        add(bits - q);
+        c.degree[l] = 1;
       }
     }
-    return out;
   }
 
   /// log2 of a config's degree per loop.
@@ -367,9 +426,9 @@ struct FtModelBuilder : FtPaths {
             m.memory_[o][k] -= off * double(wb.weight);
             Seconds ag = collectiveOn(Collective::AllGather, grp,
                                       elems * Bytes(wb.weight));
-            sync += double(m.microBatches_) *
-                    (std::max(0.0, ag - kt->forward) +
-                     std::max(0.0, ag - kt->backward()));
+            sync +=
+                double(m.microBatches_) * (std::max(0.0, ag - kt->forward) +
+                                           std::max(0.0, ag - kt->backward()));
           }
         }
       }
@@ -541,6 +600,7 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
   m.devices_ = n;
   m.problem_ = &p;
   m.maxSplitLoops_ = o.maxSplitLoops;
+  m.nodeMesh_ = o.nodeMesh;
   m.recompute_ = o.recompute;
   m.zero_ = o.zero;
   m.microBatches_ = o.microBatches;

@@ -193,6 +193,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
                        {"heuristic", r.stats.heuristicEliminations}};
   j["backbone_nodes"] = r.stats.backbone;
   j["max_split_loops"] = r.options.maxSplitLoops;
+  j["node_mesh"] = r.options.nodeMesh;
   j["resolution"] = r.options.resolution;
   j["tensor_reuse"] = r.options.tensorReuse;
   j["recompute"] = r.options.recompute;
@@ -323,6 +324,7 @@ public:
     if (auto err = so.validate())
       return llvm::Error(std::move(err));
     FtOptions o = FtOptions::fast();
+    o.nodeMesh = FtOptions::nodeMeshFor(p.topo);
     o.threads = so.threads;
     o.cancelled = [&so] { return so.pastDeadline(); };
     // Gradient accumulation, as the other searchers fit with it: m = 1,
@@ -341,8 +343,8 @@ public:
         if (left < 2 && (best || last))
           break; // the budget is spent (a report simulates 2 at least)
         o.microBatches = m;
-        size_t sims = size_t(std::min<uint64_t>(kSimulatedPoints,
-                                                std::max<uint64_t>(left, 2)));
+        size_t sims = size_t(
+            std::min<uint64_t>(kSimulatedPoints, std::max<uint64_t>(left, 2)));
         auto r = frontierReport(p, o, sims);
         if (!r) {
           if ((m == 1 && !zero) || (!best && r.errorIsA<DeadlineExceeded>()))

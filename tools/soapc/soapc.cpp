@@ -226,6 +226,13 @@ static cl::opt<int> ftSplitOpt(
     "max-split-loops",
     cl::desc("Loops an op may split at once (the device mesh's dimensions)"),
     cl::init(1), cl::sub(frontierCmd), cl::cat(soapCat));
+static cl::opt<std::string> ftMeshOpt(
+    "mesh",
+    cl::desc("Configurations: 1d (at most --max-split-loops loops split, "
+             "the rest replicas), node (the sample loop over the devices, "
+             "one other loop at most a node's devices ways), or auto (node "
+             "on more than 64 devices in more than one node, else 1d)"),
+    cl::init("auto"), cl::sub(frontierCmd), cl::cat(soapCat));
 static cl::opt<double> ftResolutionOpt(
     "resolution",
     cl::desc("Keep a frontier point only when it is faster by more than this "
@@ -337,6 +344,7 @@ static DriverOptions driverOptions() {
   o.ftSvgPath = ftSvgOpt;
   o.ftPoint = ftPointOpt;
   o.ftMaxSplitLoops = ftSplitOpt;
+  o.ftMesh = ftMeshOpt;
   o.ftResolution = ftResolutionOpt;
   o.ftSimulate = ftSimulateOpt;
   o.ftNoReuse = ftNoReuseOpt;

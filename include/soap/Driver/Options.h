@@ -48,6 +48,7 @@ struct DriverOptions {
   std::string ftJsonPath, ftSvgPath;
   int ftPoint = -1;
   int ftMaxSplitLoops = 1;
+  std::string ftMesh = "auto"; ///< 1d, node or auto
   double ftResolution = 0.01;
   unsigned ftSimulate = 32;
   bool ftNoReuse = false, ftNoLdp = false, ftNoRecompute = false,

@@ -28,6 +28,17 @@ struct FtOptions {
   size_t devices = 0;
   /// Loops split at once (a device mesh of this many dimensions).
   int maxSplitLoops = 2;
+  /// 0: the meshes above. Else the node mesh (Megatron-LM's layout): the
+  /// sample loop split over as many of the devices as it can take, at most
+  /// one other loop split up to this many ways (a node's devices: tensor
+  /// parallelism inside a node, data parallelism across nodes), replicas
+  /// only for what the sample loop cannot take; maxSplitLoops is not used.
+  /// A 1-D mesh cannot split an op both ways, and a 2-D one on 1,024
+  /// devices has so many configurations that FT does not finish (nodeMeshFor).
+  int32_t nodeMesh = 0;
+  /// The node mesh `ft` and `soapc frontier --mesh auto` use on `topo`: its
+  /// devices per node on more than 64 devices in more than one node, else 0.
+  static int32_t nodeMeshFor(const Topology &topo);
   /// TensorOpt 4.2: a re-scheduled tensor both sides save for backward may
   /// keep the copy before, after, or both.
   bool tensorReuse = true;
@@ -160,6 +171,7 @@ private:
   friend struct FtPaths;
   size_t devices_ = 1;
   int maxSplitLoops_ = 2;
+  int32_t nodeMesh_ = 0;
   bool recompute_ = true;
   bool zero_ = false;
   int32_t microBatches_ = 1;

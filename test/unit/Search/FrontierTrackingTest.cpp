@@ -4,9 +4,9 @@
 // tensor-reuse options, recomputation) on a chain, a residual block, a
 // two-branch block, an attention block and a weight shared by two ops;
 // recomputation's configurations; heuristic elimination says it ran.
+#include "soap/Search/FrontierTracking.h"
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
-#include "soap/Search/FrontierTracking.h"
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -184,7 +184,7 @@ TEST_CASE("FT's frontier equals the brute-force frontier", "[ft]") {
     SECTION(c.name) {
       SearchProblem p{c.g, f.topo, f.cost, f.coll};
       FtOptions o;
-          o.devices = c.devices;
+      o.devices = c.devices;
       auto m = FtModel::build(p, o);
       REQUIRE(static_cast<bool>(m));
       std::vector<FtCosts> bf = bruteForceFrontier(*m, 20000000);
@@ -207,13 +207,14 @@ TEST_CASE("FT's frontier equals the brute-force frontier", "[ft]") {
       FtResult ft3 = frontierTracking(*m, t);
       REQUIRE(ft3.points.size() == ft.points.size());
       for (size_t i = 0; i < ft.points.size(); ++i) {
-        CHECK(ft3.points[i].assignment.config == ft.points[i].assignment.config);
+        CHECK(ft3.points[i].assignment.config ==
+              ft.points[i].assignment.config);
         CHECK(ft3.points[i].assignment.reuse == ft.points[i].assignment.reuse);
       }
       // Every point unrolls to a valid strategy.
       for (const FtPoint &pt : ft.points)
-        requireOk(verifyStrategy(assignmentStrategy(*m, pt.assignment), c.g,
-                                 f.topo));
+        requireOk(
+            verifyStrategy(assignmentStrategy(*m, pt.assignment), c.g, f.topo));
     }
   }
 }
@@ -277,7 +278,8 @@ TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
     }
     REQUIRE(m->configs(op.id).size() == 2 * kept);
     for (size_t k = 0; k < kept; ++k) {
-      const FtConfig &a = m->configs(op.id)[k], &b = m->configs(op.id)[kept + k];
+      const FtConfig &a = m->configs(op.id)[k],
+                     &b = m->configs(op.id)[kept + k];
       CHECK(!a.recompute);
       CHECK(b.recompute);
       CHECK(a.degree == b.degree);
@@ -330,8 +332,7 @@ TEST_CASE("Recomputation is a configuration of the ops that save", "[ft]") {
   FtResult with = frontierTracking(*m, o), without = frontierTracking(*m0, o);
   REQUIRE(!with.points.empty());
   REQUIRE(!without.points.empty());
-  CHECK(with.points.front().costs.memory <
-        without.points.front().costs.memory);
+  CHECK(with.points.front().costs.memory < without.points.front().costs.memory);
   Strategy s = assignmentStrategy(*m, with.points.front().assignment);
   requireOk(verifyStrategy(s, g, f.topo));
   size_t recomputed = 0;
@@ -376,12 +377,13 @@ TEST_CASE("Micro-batches: kernels m times, one micro-batch held", "[ft]") {
       REQUIRE(k1 < m1->configs(op.id).size());
       auto kt = f.cost.kernel(g, op, mb);
       REQUIRE(static_cast<bool>(kt));
-      CHECK(near(m2->computeTime(op.id, k), 2 * (kt->forward + kt->backward())));
+      CHECK(
+          near(m2->computeTime(op.id, k), 2 * (kt->forward + kt->backward())));
       TileMemory half = f.cost.memory(g, op, mb, p.optimizer);
       TileMemory full = f.cost.memory(g, op, whole, p.optimizer);
-      CHECK(near(m2->memory(op.id, k),
-                 m1->memory(op.id, k1) - double(full.saved) +
-                     double(half.saved)));
+      CHECK(near(m2->memory(op.id, k), m1->memory(op.id, k1) -
+                                           double(full.saved) +
+                                           double(half.saved)));
     }
   }
   // The frontier holds less at its least-memory end, every point unrolls
@@ -442,14 +444,14 @@ TEST_CASE("ZeRO stages are configurations of replicated weights", "[ft]") {
       Box t = m0->opConfig(op.id, k).tile(op.sem, 0);
       // Devices holding device 0's shard: the tiles that differ only in
       // loops the weight does not index, and the replicas.
-      int64_t shards = *w.shape.numElements() /
-                       op.sem.inputRegion(1, t).volume();
+      int64_t shards =
+          *w.shape.numElements() / op.sem.inputRegion(1, t).volume();
       int64_t R = int64_t(m->devices()) / shards;
       if (R < 2)
         continue;
       ++replicatedConfigs;
-      double off1 = double(op.sem.inputRegion(1, t).volume()) *
-                    (1 - 1.0 / double(R));
+      double off1 =
+          double(op.sem.inputRegion(1, t).volume()) * (1 - 1.0 / double(R));
       size_t found = 0;
       for (size_t z = kept; z < cs.size(); ++z) {
         if (cs[z].degree != cs[k].degree || cs[z].replicas != cs[k].replicas)
@@ -638,4 +640,62 @@ TEST_CASE("Merged products reduce like listed ones", "[ft]") {
       }
     }
   }
+}
+
+TEST_CASE("The node mesh: samples across, one loop within a node", "[ft]") {
+  Fixture f;                                  // v100-2x8: 2 nodes of 8
+  CHECK(FtOptions::nodeMeshFor(f.topo) == 0); // 16 devices: 1-D meshes
+  CHECK(FtOptions::nodeMeshFor(exampleTopology("dgx-h100-128")) == 8);
+  CHECK(FtOptions::nodeMeshFor(exampleTopology("k80-16x4")) == 0);
+  // 32 samples on 16 devices with tensor parallelism up to 4.
+  GraphBuilder b;
+  auto x = b.op("Relu", {b.input({32, 16})}, {{32, 16}})[0];
+  auto y = b.op("MatMul", {x, b.weight({16, 32})}, {{32, 32}})[0];
+  b.op("Relu", {y}, {{32, 32}});
+  requireOk(b.g.computeSemantics());
+  SearchProblem p{b.g, f.topo, f.cost, f.coll};
+  FtOptions o;
+  o.nodeMesh = 4;
+  o.recompute = false;
+  auto m = FtModel::build(p, o);
+  REQUIRE(static_cast<bool>(m));
+  for (size_t op = 0; op < m->numOps(); ++op) {
+    const OpSemantics &sem = b.g.op(OpId(op)).sem;
+    int sl = sampleLoop(sem);
+    REQUIRE(sl >= 0);
+    std::set<std::pair<int, int32_t>> others; // (loop, degree)
+    for (const FtConfig &c : m->configs(OpId(op))) {
+      int64_t prod = c.replicas;
+      int split = 0;
+      for (size_t l = 0; l < c.degree.size(); ++l) {
+        prod *= c.degree[l];
+        if (int(l) != sl && c.degree[l] > 1) {
+          ++split;
+          CHECK(c.degree[l] <= 4);
+          others.insert({int(l), c.degree[l]});
+        }
+      }
+      CHECK(prod == 16);
+      CHECK(split <= 1);
+      // The sample loop takes every device the other split leaves.
+      CHECK(c.replicas == 1);
+    }
+    // Data parallel, and each other splittable loop 2 and 4 ways.
+    size_t splittable = 0;
+    for (size_t l = 0; l < sem.loops.size(); ++l)
+      splittable += int(l) != sl && sem.loops[l].splittable;
+    CHECK(others.size() == 2 * splittable);
+    CHECK(m->configs(OpId(op)).size() == 1 + 2 * splittable);
+  }
+  // Its frontier is FT's over these configurations (brute force).
+  FtResult ft = frontierTracking(*m, o);
+  requireSameFrontier(ft, bruteForceFrontier(*m, 20000000));
+  for (const FtPoint &pt : ft.points)
+    requireOk(
+        verifyStrategy(assignmentStrategy(*m, pt.assignment), b.g, f.topo));
+  FtOptions bad;
+  bad.nodeMesh = 3;
+  auto r = FtModel::build(p, bad);
+  CHECK_FALSE(static_cast<bool>(r));
+  llvm::consumeError(r.takeError());
 }

@@ -878,26 +878,31 @@ std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
   std::map<DeviceId, Bytes> held, most;
   if (op.kind == "SoftmaxCrossEntropyLoss")
     return most;
-  struct Piece {
-    Box box;
-    std::vector<DeviceId> devices;
+  // Whether any replica of tile k of `c` runs on d.
+  auto on = [](const OpConfig &c, int64_t k, DeviceId d) {
+    for (int32_t r = 0; r < c.replicas; ++r)
+      if (c.device(k, r) == d)
+        return true;
+    return false;
   };
   for (size_t j = 0; j < op.outputs.size(); ++j) {
     ValueId v = op.outputs[j];
     if (v == kNoValue || !isFloating(g.value(v).dtype))
       continue;
-    Bytes eb = dtypeBytes(g.value(v).dtype);
-    std::vector<Piece> outs;
-    for (int64_t k = 0; k < pc.numTiles(); ++k) {
-      Piece o{op.sem.outputRegion(int(j), microBatchTile(pc, op.sem, k, 0, m)),
-              {}};
+    const Value &val = g.value(v);
+    Bytes eb = dtypeBytes(val.dtype);
+    std::vector<Box> outs;
+    for (int64_t k = 0; k < pc.numTiles(); ++k)
+      outs.push_back(
+          op.sem.outputRegion(int(j), microBatchTile(pc, op.sem, k, 0, m)));
+    for (int64_t k = 0; k < pc.numTiles(); ++k)
       for (int32_t r = 0; r < pc.replicas; ++r)
-        o.devices.push_back(pc.device(k, r));
-      outs.push_back(std::move(o));
-    }
-    // The readers' input-gradient tiles.
-    std::vector<Piece> srcs;
-    std::set<OpId> users(g.value(v).users.begin(), g.value(v).users.end());
+        if (mine(pc.device(k, r)))
+          held[pc.device(k, r)] += outs[size_t(k)].volume() * eb;
+    // The readers' input-gradient tiles: (config, tile) and box.
+    std::vector<std::pair<const OpConfig *, int64_t>> srcOf;
+    std::vector<Box> srcs;
+    std::set<OpId> users(val.users.begin(), val.users.end());
     size_t readers = 0;
     bool alike = true;
     for (OpId u : users) {
@@ -909,59 +914,67 @@ std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
                       int(i)) == uo.sem.gradInputs.end())
           continue;
         ++readers;
-        alike = alike && uc.numTiles() == pc.numTiles();
+        alike = alike && uc.numTiles() == pc.numTiles() &&
+                uc.replicas == pc.replicas;
         for (int64_t k = 0; k < uc.numTiles(); ++k) {
-          Piece s{
-              uo.sem.inputRegion(int(i), microBatchTile(uc, uo.sem, k, 0, m)),
-              {}};
-          for (int32_t r = 0; r < uc.replicas; ++r)
-            s.devices.push_back(uc.device(k, r));
-          alike = alike && s.box == outs[size_t(k)].box &&
-                  s.devices == outs[size_t(k)].devices;
-          srcs.push_back(std::move(s));
+          srcs.push_back(regionIn(uo.sem, int(i),
+                                  microBatchTile(uc, uo.sem, k, 0, m),
+                                  val.shape.dims));
+          srcOf.emplace_back(&uc, k);
+          if (alike) {
+            alike = srcs.back() == outs[size_t(k)];
+            for (int32_t r = 0; alike && r < uc.replicas; ++r)
+              alike = uc.device(k, r) == pc.device(k, r);
+          }
         }
       }
     }
     // Tiles writing one region are partial sums, added.
-    for (size_t k = 0; alike && k < outs.size(); ++k)
-      for (size_t k2 = 0; alike && k2 < k; ++k2)
-        alike = !(outs[k2].box == outs[k].box);
-    std::map<DeviceId, Bytes> now;
-    for (const Piece &o : outs)
-      for (DeviceId d : o.devices)
-        if (mine(d))
-          held[d] += o.box.volume() * eb;
-    if (readers == 0)
+    if (alike && readers == 1) {
+      std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;
+      for (const Box &b : outs)
+        alike = alike && seen.insert({b.lo, b.hi}).second;
+    }
+    if (readers == 0 || (readers == 1 && alike))
       continue;
-    if (readers == 1 && alike)
-      continue;
-    for (const Piece &s : srcs)
-      for (DeviceId d : s.devices)
-        if (mine(d))
-          now[d] += s.box.volume() * eb;
-    for (const Piece &o : outs)
-      for (DeviceId d : o.devices) {
+    std::map<DeviceId, Bytes> now = held;
+    for (size_t s = 0; s < srcs.size(); ++s) {
+      const auto &[uc, k] = srcOf[s];
+      for (int32_t r = 0; r < uc->replicas; ++r)
+        if (mine(uc->device(k, r)))
+          now[uc->device(k, r)] += srcs[s].volume() * eb;
+    }
+    TileIndex index(srcs);
+    for (int64_t k = 0; k < pc.numTiles(); ++k) {
+      const Box &o = outs[size_t(k)];
+      std::vector<int64_t> cand;
+      bool queried = false;
+      for (int32_t r = 0; r < pc.replicas; ++r) {
+        DeviceId d = pc.device(k, r);
         if (!mine(d))
           continue;
+        if (!queried) {
+          cand = index.candidates(o);
+          queried = true;
+        }
         Bytes remote = 0;
         size_t pieces = 0;
         bool whole = false;
-        for (const Piece &s : srcs) {
-          Box inter = s.box.intersect(o.box);
-          if (inter.empty())
+        int64_t vol = o.volume();
+        for (int64_t s : cand) {
+          int64_t inter = overlapVolume(srcs[size_t(s)], o);
+          if (inter == 0)
             continue;
           ++pieces;
-          if (std::find(s.devices.begin(), s.devices.end(), d) !=
-              s.devices.end())
+          if (on(*srcOf[size_t(s)].first, srcOf[size_t(s)].second, d))
             continue;
-          remote += inter.volume() * eb;
-          whole = inter == o.box;
+          remote += inter * eb;
+          whole = inter == vol;
         }
         if (!(pieces == 1 && whole))
           now[d] += remote;
       }
-    for (const auto &[d, b] : held)
-      now[d] += b;
+    }
     for (const auto &[d, b] : now)
       most[d] = std::max(most[d], b);
   }

@@ -85,89 +85,6 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
 
 namespace {
 
-/// Whether two boxes share a point (Box::intersect without allocating).
-bool overlaps(const Box &a, const Box &b) {
-  for (size_t d = 0; d < a.lo.size(); ++d)
-    if (std::max(a.lo[d], b.lo[d]) >= std::min(a.hi[d], b.hi[d]))
-      return false;
-  return true;
-}
-
-/// The consumer tiles whose regions may meet a producer's, without testing
-/// every pair: along the dim where the regions are most spread, when they
-/// are ordered there (lo and hi rising together, as the tiles of a split
-/// are), the candidates are one contiguous run found by binary search —
-/// O(log n + hits) per query instead of O(n), which is what makes a
-/// 1,024-way split cost about what an 8-way one does per tile.
-class TileIndex {
-public:
-  explicit TileIndex(const std::vector<Box> &boxes) : boxes_(boxes) {
-    size_t n = boxes.size();
-    if (n < 16 || boxes[0].lo.empty())
-      return;
-    size_t rank = boxes[0].lo.size();
-    size_t best = 0;
-    for (size_t d = 0; d < rank; ++d) {
-      std::vector<int64_t> los;
-      for (const Box &b : boxes)
-        los.push_back(b.lo[d]);
-      std::sort(los.begin(), los.end());
-      size_t distinct =
-          size_t(std::unique(los.begin(), los.end()) - los.begin());
-      if (distinct > best) {
-        best = distinct;
-        dim_ = d;
-      }
-    }
-    if (best < 2)
-      return;
-    order_.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      order_[i] = int64_t(i);
-    std::stable_sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
-      return boxes[size_t(a)].lo[dim_] < boxes[size_t(b)].lo[dim_];
-    });
-    for (size_t i = 1; i < n; ++i)
-      if (boxes[size_t(order_[i])].hi[dim_] <
-          boxes[size_t(order_[i - 1])].hi[dim_]) {
-        order_.clear(); // not ordered along the dim: test every tile
-        return;
-      }
-  }
-
-  /// Candidate tiles for `q`, ascending.
-  std::vector<int64_t> candidates(const Box &q) const {
-    std::vector<int64_t> out;
-    if (order_.empty()) {
-      out.resize(boxes_.size());
-      for (size_t i = 0; i < out.size(); ++i)
-        out[i] = int64_t(i);
-      return out;
-    }
-    size_t d = dim_;
-    // First with hi > q.lo, first with lo >= q.hi.
-    auto first =
-        std::partition_point(order_.begin(), order_.end(), [&](int64_t i) {
-          return boxes_[size_t(i)].hi[d] <= q.lo[d];
-        });
-    auto last = std::partition_point(first, order_.end(), [&](int64_t i) {
-      return boxes_[size_t(i)].lo[d] < q.hi[d];
-    });
-    out.assign(first, last);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
-private:
-  const std::vector<Box> &boxes_;
-  size_t dim_ = 0;
-  std::vector<int64_t> order_;
-};
-
-} // namespace
-
-namespace {
-
 /// At most this many bytes of plans and keys (a key holds both
 /// configurations' devices: 8 KB for two 1,024-way splits) are kept in
 /// TaskGraph::edgePlans_; past it the cache starts again, so a long mcmc
@@ -231,8 +148,8 @@ void putConfig(std::string &s, const OpConfig &c, DeviceId base) {
 /// of the devices are block 0's), so the layers of every pipeline stage
 /// share too; steps hold devices relative to base, and the routes and
 /// times are the replay's, on the real devices.
-std::shared_ptr<const TaskGraph::EdgePlan>
-TaskGraph::edgePlan(size_t e, DeviceId base) {
+std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
+                                                               DeviceId base) {
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
   const Op &c = ctx_->graph.op(ed.consumer);
@@ -273,9 +190,8 @@ TaskGraph::edgePlan(size_t e, DeviceId base) {
   int32_t prep = pc.replicas, crep = cc.replicas;
   std::vector<Box> pbox(ptiles), cbox(ctiles);
   int32_t mb = 0;
-  auto step = [&](int64_t from, int64_t to, DeviceId a, DeviceId b,
-                  Bytes bytes, uint8_t dir, int64_t kp, int64_t kc,
-                  int32_t r) {
+  auto step = [&](int64_t from, int64_t to, DeviceId a, DeviceId b, Bytes bytes,
+                  uint8_t dir, int64_t kp, int64_t kc, int32_t r) {
     if (fold_.active()) {
       // Block 0's own transfers only; one between blocks breaks the fold.
       if (mine(a) != mine(b))
@@ -320,8 +236,8 @@ TaskGraph::edgePlan(size_t e, DeviceId base) {
                 src = kp;
                 srcRep = rp;
               }
-          step(src, kc * crep + rc, pc.device(src, srcRep), dst, bytes, 0,
-               src, kc, rc);
+          step(src, kc * crep + rc, pc.device(src, srcRep), dst, bytes, 0, src,
+               kc, rc);
         }
         if (!grad)
           continue;
@@ -333,8 +249,8 @@ TaskGraph::edgePlan(size_t e, DeviceId base) {
             for (int32_t rc = 0; rc < crep; ++rc)
               if (cc.device(kc, rc) == dst)
                 srcRep = rc;
-            step(kc * crep + srcRep, kp * prep + rp, cc.device(kc, srcRep),
-                 dst, bytes, 1, kp * prep + rp, kc, srcRep);
+            step(kc * crep + srcRep, kp * prep + rp, cc.device(kc, srcRep), dst,
+                 bytes, 1, kp * prep + rp, kc, srcRep);
           }
       }
     }
@@ -342,8 +258,8 @@ TaskGraph::edgePlan(size_t e, DeviceId base) {
   plan->steps.shrink_to_fit();
   if (!ctx_->shareEdgePlans)
     return plan;
-  size_t bytes = plan->steps.size() * sizeof(EdgeStep) + k.size() +
-                 sizeof(EdgePlan) + 64;
+  size_t bytes =
+      plan->steps.size() * sizeof(EdgeStep) + k.size() + sizeof(EdgePlan) + 64;
   if (edgePlanBytes_ + bytes > kEdgePlanBytes) {
     edgePlans_.clear();
     edgePlanBytes_ = 0;
@@ -357,9 +273,9 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   const Op &p = ctx_->graph.op(ed.producer);
   const OpConfig &pc = strategy_.configs[ed.producer];
   const OpConfig &cc = strategy_.configs[ed.consumer];
-  DeviceId base = std::min(
-      *std::min_element(pc.devices.begin(), pc.devices.end()),
-      *std::min_element(cc.devices.begin(), cc.devices.end()));
+  DeviceId base =
+      std::min(*std::min_element(pc.devices.begin(), pc.devices.end()),
+               *std::min_element(cc.devices.begin(), cc.devices.end()));
   std::shared_ptr<const EdgePlan> plan = edgePlan(e, base);
   if (plan->broken)
     foldBroken_ = true;

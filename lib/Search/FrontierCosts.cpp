@@ -143,26 +143,33 @@ struct FtModelBuilder : FtPaths {
 
   /// FtOptions::nodeMesh: no other loop split, or one loop (not the sample
   /// loop) split 2 .. nodeMesh ways in loop order; the sample loop then
-  /// takes the largest degree it allows of the devices left, the rest are
-  /// replicas.
+  /// takes the largest degree of the devices left that it allows and that
+  /// leaves each micro-batch whole samples, the rest are replicas.
   void nodeMesh(const OpSemantics &sem, const std::vector<std::vector<int>> &qs,
                 int bits, std::vector<FtConfig> &out) const {
     int sl = sampleLoop(sem);
     FtConfig c;
     c.degree.assign(sem.loops.size(), 1);
+    // The largest sample degree of `rest` devices' that leaves every
+    // micro-batch whole samples; the rest replicas.
     auto add = [&](int rest) {
-      int qn = 0;
+      std::vector<int> cands{0};
       if (sl >= 0)
         for (int q : qs[size_t(sl)])
           if (q <= rest)
-            qn = q;
-      if (sl >= 0)
-        c.degree[size_t(sl)] = int32_t(1) << qn;
-      c.replicas = int32_t(1) << (rest - qn);
-      if (microBatchesDivide(sem, c.degree, m.microBatches_))
-        out.push_back(c);
-      if (sl >= 0)
-        c.degree[size_t(sl)] = 1;
+            cands.push_back(q);
+      for (size_t i = cands.size(); i-- > 0;) {
+        if (sl >= 0)
+          c.degree[size_t(sl)] = int32_t(1) << cands[i];
+        c.replicas = int32_t(1) << (rest - cands[i]);
+        bool ok = microBatchesDivide(sem, c.degree, m.microBatches_);
+        if (ok)
+          out.push_back(c);
+        if (sl >= 0)
+          c.degree[size_t(sl)] = 1;
+        if (ok)
+          break;
+      }
     };
     add(bits);
     int most = log2Of(m.nodeMesh_);

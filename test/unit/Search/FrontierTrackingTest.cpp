@@ -693,6 +693,25 @@ TEST_CASE("The node mesh: samples across, one loop within a node", "[ft]") {
   for (const FtPoint &pt : ft.points)
     requireOk(
         verifyStrategy(assignmentStrategy(*m, pt.assignment), b.g, f.topo));
+  // 4 micro-batches of 32 samples leave 8 a micro-batch: no config is
+  // lost, the sample loop takes 8 ways at most and replicas the rest.
+  FtOptions o4 = o;
+  o4.microBatches = 4;
+  auto m4 = FtModel::build(p, o4);
+  REQUIRE(static_cast<bool>(m4));
+  for (size_t op = 0; op < m4->numOps(); ++op) {
+    int sl = sampleLoop(b.g.op(OpId(op)).sem);
+    REQUIRE(m4->configs(OpId(op)).size() == m->configs(OpId(op)).size());
+    for (const FtConfig &c : m4->configs(OpId(op))) {
+      CHECK(c.degree[size_t(sl)] <= 8);
+      int64_t prod = c.replicas;
+      for (int32_t d : c.degree)
+        prod *= d;
+      CHECK(prod == 16);
+    }
+    CHECK(m4->configs(OpId(op))[0].degree[size_t(sl)] == 8);
+    CHECK(m4->configs(OpId(op))[0].replicas == 2);
+  }
   FtOptions bad;
   bad.nodeMesh = 3;
   auto r = FtModel::build(p, bad);

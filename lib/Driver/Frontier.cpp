@@ -94,18 +94,14 @@ llvm::Error runFrontier(const DriverOptions &d) {
   FtOptions o;
   o.threads = d.threads == 0 ? std::min(256, availableCores()) : d.threads;
   o.maxSplitLoops = d.ftMaxSplitLoops;
-  if (d.ftMesh == "node" || d.ftMesh == "auto") {
+  if (d.ftMesh == "auto") {
     o.nodeMesh = FtOptions::nodeMeshFor(*s.topo);
-    if (d.ftMesh == "node" && o.nodeMesh == 0) {
-      size_t nodes = s.topo->numNodes(), n = s.topo->numDevices();
-      size_t per = nodes ? n / nodes : n;
-      o.nodeMesh =
-          nodes && n % nodes == 0 && (per & (per - 1)) == 0 ? int32_t(per) : 0;
-      if (o.nodeMesh == 0)
-        return inputError("--mesh node: {} devices in {} nodes is not a "
-                          "power of two per node",
-                          n, nodes);
-    }
+  } else if (d.ftMesh == "node") {
+    o.nodeMesh = FtOptions::nodeMeshOf(*s.topo);
+    if (o.nodeMesh == 0)
+      return inputError("--mesh node: {} devices in {} nodes is not a power "
+                        "of two per node",
+                        s.topo->numDevices(), s.topo->numNodes());
   } else if (d.ftMesh != "1d") {
     return inputError("--mesh must be 1d, node or auto, got '{}'", d.ftMesh);
   }

@@ -197,7 +197,7 @@ std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
 llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
                                           const MegatronShape &shape) {
   int64_t devices = int64_t(topo.numDevices());
-  int64_t perNode = devices / int64_t(std::max<size_t>(1, topo.numNodes()));
+  int64_t perNode = int64_t(topo.devicesPerNode());
   int32_t t = shape.tensor, p = shape.pipeline;
   if (t < 1 || p < 1 || perNode % t != 0 || devices % (int64_t(t) * p) != 0)
     return inputError("megatron: tensor parallel {} x pipeline {} does not "

@@ -94,7 +94,7 @@ public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,
                                       const SearchOptions &o) override {
     size_t nodes = std::max<size_t>(1, p.topo.numNodes());
-    int32_t perNode = int32_t(p.topo.numDevices() / nodes);
+    int32_t perNode = int32_t(p.topo.devicesPerNode());
     std::optional<SearchResult> best;
     std::string lastError;
     for (int32_t t = 1; t <= perNode; t *= 2) {

@@ -16,12 +16,16 @@
 
 namespace soap {
 
+int32_t FtOptions::nodeMeshOf(const Topology &topo) {
+  size_t per = topo.devicesPerNode();
+  return per * std::max<size_t>(1, topo.numNodes()) == topo.numDevices() &&
+                 (per & (per - 1)) == 0
+             ? int32_t(per)
+             : 0;
+}
+
 int32_t FtOptions::nodeMeshFor(const Topology &topo) {
-  size_t n = topo.numDevices(), nodes = topo.numNodes();
-  if (n <= 64 || nodes < 2 || n % nodes != 0)
-    return 0;
-  size_t per = n / nodes;
-  return (per & (per - 1)) == 0 ? int32_t(per) : 0;
+  return topo.numDevices() > 64 && topo.numNodes() > 1 ? nodeMeshOf(topo) : 0;
 }
 
 llvm::Error FtOptions::validate() const {
@@ -150,8 +154,8 @@ struct FtModelBuilder : FtPaths {
     int sl = sampleLoop(sem);
     FtConfig c;
     c.degree.assign(sem.loops.size(), 1);
-    // The largest sample degree of `rest` devices' that leaves every
-    // micro-batch whole samples; the rest replicas.
+    // The sample loop over the largest share of `rest` (log2) devices that
+    // leaves every micro-batch whole samples; the rest replicas.
     auto add = [&](int rest) {
       std::vector<int> cands{0};
       if (sl >= 0)
@@ -177,7 +181,7 @@ struct FtModelBuilder : FtPaths {
       if (int(l) == sl)
         continue;
       for (int q : qs[l]) {
-        if (q > most || q > bits)
+        if (q > most)
           break;
         c.degree[l] = int32_t(1) << q;
         add(bits - q);

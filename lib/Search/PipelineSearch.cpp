@@ -131,7 +131,7 @@ public:
       return llvm::Error(std::move(err));
     size_t devices = p.topo.numDevices();
     size_t nodes = std::max<size_t>(1, p.topo.numNodes());
-    int32_t perNode = int32_t(devices / nodes);
+    int32_t perNode = int32_t(p.topo.devicesPerNode());
     std::optional<SearchResult> best;
     uint64_t simulated = 0;
     // Stages across nodes as Megatron places them, and up to 8 inside

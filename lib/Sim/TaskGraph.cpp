@@ -624,9 +624,12 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   // The op's gradient assembly and its producers' (which sum the gradients
   // it gives them) depend on its tiling.
   setLeafMemory(o);
+  std::set<OpId> producers;
   for (ValueId v : op.inputs)
     if (v != kNoValue && ctx_->graph.value(v).producer >= 0)
-      setLeafMemory(ctx_->graph.value(v).producer);
+      producers.insert(ctx_->graph.value(v).producer);
+  for (OpId p : producers)
+    setLeafMemory(p);
   if (auto err = buildOp(o))
     return err;
   changed = opTasks_[o].own;

@@ -10,6 +10,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -127,6 +128,10 @@ public:
 
   size_t numDevices() const { return devices_.size(); }
   size_t numNodes() const { return numNodes_; }
+  /// Devices per node (all of them when there is no node level).
+  size_t devicesPerNode() const {
+    return numDevices() / std::max<size_t>(1, numNodes_);
+  }
   size_t numRacks() const { return numRacks_; }
   size_t numSwitchGroups() const { return switchGroupNames_.size(); }
   llvm::ArrayRef<DeviceInfo> devices() const { return devices_; }

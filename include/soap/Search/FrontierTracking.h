@@ -36,8 +36,11 @@ struct FtOptions {
   /// A 1-D mesh cannot split an op both ways, and a 2-D one on 1,024
   /// devices has so many configurations that FT does not finish (nodeMeshFor).
   int32_t nodeMesh = 0;
-  /// The node mesh `ft` and `soapc frontier --mesh auto` use on `topo`: its
-  /// devices per node on more than 64 devices in more than one node, else 0.
+  /// `topo`'s node mesh: its devices per node, or 0 when that is not a
+  /// power of two or does not divide the devices (`--mesh node`).
+  static int32_t nodeMeshOf(const Topology &topo);
+  /// The node mesh `ft` and `soapc frontier --mesh auto` use on `topo`:
+  /// nodeMeshOf on more than 64 devices in more than one node, else 0.
   static int32_t nodeMeshFor(const Topology &topo);
   /// TensorOpt 4.2: a re-scheduled tensor both sides save for backward may
   /// keep the copy before, after, or both.

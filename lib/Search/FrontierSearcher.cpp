@@ -317,6 +317,17 @@ constexpr size_t kSimulatedPoints = 32;
 /// The most micro-batches the searcher tries.
 constexpr int32_t kMaxMicroBatches = 256;
 
+/// The weight, gradient and optimizer bytes of every weight the graph
+/// trains.
+double weightStateBytes(const SearchProblem &p) {
+  double b = 0;
+  for (const Value &v : p.graph.values())
+    if (v.kind == ValueKind::Weight && !v.users.empty())
+      b += double(v.shape.numElements().value_or(0)) *
+           double(totalWeightBytes(v.dtype, p.optimizer));
+  return b;
+}
+
 class FtSearcher : public Searcher {
 public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,
@@ -336,7 +347,33 @@ public:
     // A proposal budget bounds the frontier points simulated, over all
     // counts (each count simulates at most kSimulatedPoints).
     uint64_t left = so.budget.proposals ? so.budget.proposals : UINT64_MAX;
+    // Every FT configuration spreads an op over all devices, and splits
+    // its weight at most (node mesh) or (devices) ways; without ZeRO a
+    // device then holds at least the graph's weight state over that many.
+    // Past device memory no count can fit, and the ladder goes to ZeRO at
+    // once (GPT-3 175B on 1,024 GPUs: 2.8 TB over 8 is 350 GB); ZeRO
+    // spreads it over every device at most.
+    double state = weightStateBytes(p);
+    double memory = double(p.topo.deviceSpec().memoryBytes);
+    double devices = double(p.topo.numDevices());
+    if (state / devices > memory)
+      return makeError(ExitCode::Infeasible,
+                       "{}: the weights, gradients and optimizer state ({}) "
+                       "need {} per device even split over all {} devices "
+                       "({} available)",
+                       p.graph.sourcePath, formatBytes(state),
+                       formatBytes(state / devices), p.topo.numDevices(),
+                       formatBytes(memory));
+    double ways = o.nodeMesh > 0 ? double(o.nodeMesh) : devices;
+    bool zeroOnly = state / ways > memory;
+    if (zeroOnly)
+      spdlog::info("ft: without ZeRO a device holds at least {} of weights, "
+                   "gradients and optimizer state ({}-way splits at most); "
+                   "ZeRO from the start",
+                   formatBytes(state / ways), int64_t(ways));
     for (bool zero : {false, true}) {
+      if (zeroOnly && !zero)
+        continue;
       o.zero = zero;
       int misses = 0;
       for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
@@ -347,7 +384,8 @@ public:
             std::min<uint64_t>(kSimulatedPoints, std::max<uint64_t>(left, 2)));
         auto r = frontierReport(p, o, sims);
         if (!r) {
-          if ((m == 1 && !zero) || (!best && r.errorIsA<DeadlineExceeded>()))
+          if ((m == 1 && zero == zeroOnly) ||
+              (!best && r.errorIsA<DeadlineExceeded>()))
             return r.takeError();
           // No configuration at this count, or the deadline: stop here.
           llvm::consumeError(r.takeError());

@@ -5,16 +5,24 @@ soapc's hashUniform; SGD, mean cross-entropy) and compare each step's loss
 and every final weight with a soap-run output and --dump-weights directory.
 
     torch_reference.py MODEL SEED RUN.out RUN_DIR
+    torch_reference.py --write MODEL SEED BATCH STEPS MICRO_BATCHES OUT DIR
 
-Prints one line; exits 1 on a difference beyond float rounding. Only models
-whose ONNX weight names are PyTorch's parameter names (lenet, resnet_small,
-mobilenet_small)."""
+The first form (batch 8, 3 steps, float32) prints one line and exits 1 on a
+difference beyond float rounding. The second trains in float64 (an exact
+reference, to float32's rounding) at BATCH for STEPS steps, each step's
+batch run as MICRO_BATCHES equal micro-batches whose gradients add up (as
+soap-run's gradient accumulation), and writes the losses to OUT and the
+final weights to DIR as soap-run's --dump-weights does (float64 files,
+"dtype": "f64" in weights.json), for compare.py --exact-ref. Only models
+whose ONNX weight names are PyTorch's parameter names (the torchvision
+models and export.py's own CNNs) and whose inputs are images."""
 import array
 import json
 import math
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -45,12 +53,26 @@ def hash_uniform(seed, stream, index):
     return (splitmix(a ^ index) >> 11) * 2.0 ** -53
 
 
-def main():
-    name, seed, run_out, run_dir = sys.argv[1], int(sys.argv[2]), \
-        sys.argv[3], sys.argv[4]
+def hash_uniforms(seed, stream, n):
+    """hash_uniform(seed, stream, i) for i in range(n), as a numpy array."""
+    u64 = np.uint64
+    with np.errstate(over="ignore"):
+        def mix(x):
+            x = x + u64(0x9e3779b97f4a7c15)
+            z = (x ^ (x >> u64(30))) * u64(0xbf58476d1ce4e5b9)
+            z = (z ^ (z >> u64(27))) * u64(0x94d049bb133111eb)
+            return z ^ (z >> u64(31))
+        a = u64(splitmix((seed * 0xd1342543de82ef95 + stream) & MASK))
+        return (mix(a ^ np.arange(n, dtype=np.uint64)) >> u64(11)).astype(
+            np.float64) * 2.0 ** -53
+
+
+def setup(name, seed, batch, dtype):
+    """The model with soap-run's initial weights, and its input and labels
+    (drawn from the seed by global element index, as soap-run does)."""
     builder, specs = export.MODELS[name]
     torch.manual_seed(0)
-    model = builder()
+    model = builder().to(dtype)
     model.train()
     scales = {m + ".weight" for m, mod in model.named_modules()
               if isinstance(mod, (nn.BatchNorm2d, nn.LayerNorm))}
@@ -58,26 +80,68 @@ def main():
         for k, p in model.named_parameters():
             n = p.numel()
             a = 1 / math.sqrt(n / p.shape[0]) if p.dim() >= 2 else 0.1
-            u = [2 * hash_uniform(seed, fnv1a(k), i) - 1 for i in range(n)]
-            v = [1 + 0.1 * x if k in scales else a * x for x in u]
-            p.copy_(torch.tensor(v, dtype=torch.float32).reshape(p.shape))
-    batch = 8
+            u = 2 * hash_uniforms(seed, fnv1a(k), n) - 1
+            v = 1 + 0.1 * u if k in scales else a * u
+            # soap-run draws in double and stores float32
+            p.copy_(torch.tensor(v.astype(np.float32)).to(dtype)
+                    .reshape(p.shape))
     shape = [batch] + specs[0][1][1:]
     n = math.prod(shape)
-    x = torch.tensor([2 * hash_uniform(seed, fnv1a("input") ^ 0x5EED, i) - 1
-                      for i in range(n)], dtype=torch.float32).reshape(shape)
-    classes = model(x).shape[-1]
-    labels = torch.tensor([min(int(hash_uniform(seed, fnv1a("labels") ^
-                                                0x5EED, i) * classes),
-                               classes - 1) for i in range(batch)])
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    u = 2 * hash_uniforms(seed, fnv1a("input") ^ 0x5EED, n) - 1
+    x = torch.tensor(u.astype(np.float32)).to(dtype).reshape(shape)
+    with torch.no_grad():
+        classes = model(x).shape[-1]
+    u = hash_uniforms(seed, fnv1a("labels") ^ 0x5EED, batch)
+    labels = torch.tensor(np.minimum((u * classes).astype(np.int64),
+                                     classes - 1))
+    return model, x, labels
+
+
+def train(model, x, labels, steps, micro_batches=1, lr=0.1):
+    """SGD steps of mean cross-entropy; returns each step's loss."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for _ in range(3):
+    batch = x.shape[0]
+    for _ in range(steps):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), labels)
-        losses.append(loss.item())
-        loss.backward()
+        total = 0.0
+        for xs, ls in zip(x.chunk(micro_batches), labels.chunk(micro_batches)):
+            # each micro-batch's share of the batch's mean
+            loss = F.cross_entropy(model(xs), ls, reduction="sum") / batch
+            loss.backward()
+            total += loss.item()
+        losses.append(total)
         opt.step()
+    return losses
+
+
+def write(argv):
+    name, seed, batch, steps, m, out, wdir = argv
+    batch, steps, m = int(batch), int(steps), int(m)
+    model, x, labels = setup(name, int(seed), batch, torch.float64)
+    losses = train(model, x, labels, steps, m)
+    with open(out, "w") as f:
+        for k, loss in enumerate(losses):
+            f.write("step %d loss %.17g (float64 PyTorch)\n" % (k + 1, loss))
+    os.makedirs(wdir, exist_ok=True)
+    man = []
+    for k, p in model.named_parameters():
+        fname = "%s.f64" % k
+        p.detach().numpy().astype(np.float64).tofile(os.path.join(wdir, fname))
+        man.append({"file": fname, "name": k, "shape": list(p.shape),
+                    "dtype": "f64"})
+    with open(os.path.join(wdir, "weights.json"), "w") as f:
+        json.dump({"weights": man}, f, indent=1)
+    print("float64 reference: %d losses, %d weights" % (len(losses), len(man)))
+
+
+def main():
+    if sys.argv[1] == "--write":
+        return write(sys.argv[2:])
+    name, seed, run_out, run_dir = sys.argv[1], int(sys.argv[2]), \
+        sys.argv[3], sys.argv[4]
+    model, x, labels = setup(name, seed, 8, torch.float32)
+    losses = train(model, x, labels, 3)
     with open(run_out) as f:
         ran = [float(l.split()[3]) for l in f if l.startswith("step ")]
     for k, (a, b) in enumerate(zip(losses, ran)):

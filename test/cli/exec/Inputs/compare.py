@@ -75,7 +75,7 @@ def main():
     lx = wx = None
     if exact_ref:
         lx, wx = losses(exact_ref[0]), weights(exact_ref[1])
-    worst = (0.0, None)  # the largest envelope ratio used, and where
+    worst = (-1.0, "")  # the largest envelope ratio used, and where
     if not la or len(la) != len(lb):
         sys.exit("MISMATCH: %d losses against %d" % (len(la), len(lb)))
     for k, (a, b) in enumerate(zip(la, lb)):
@@ -111,7 +111,7 @@ def main():
         n += len(a)
     print("MATCH%s: %d losses, %d weights, %d elements%s"
           % (" exactly" if exact else " (bf16)" if bf16 else "", len(la),
-             len(wa), n, "" if worst[1] is None else
+             len(wa), n, "" if worst[0] < 0 else
              "; beyond the tolerance but within float32's error (float64 "
              "reference): worst %s at %.2f times the reference's" % (
                  worst[1], worst[0])))

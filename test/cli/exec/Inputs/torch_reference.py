@@ -5,15 +5,19 @@ soapc's hashUniform; SGD, mean cross-entropy) and compare each step's loss
 and every final weight with a soap-run output and --dump-weights directory.
 
     torch_reference.py MODEL SEED RUN.out RUN_DIR
-    torch_reference.py --write MODEL SEED BATCH STEPS MICRO_BATCHES OUT DIR
+    torch_reference.py --write [--float32] MODEL SEED BATCH STEPS MICRO_BATCHES
+                       OUT DIR [LR]
 
 The first form (batch 8, 3 steps, float32) prints one line and exits 1 on a
 difference beyond float rounding. The second trains in float64 (an exact
 reference, to float32's rounding) at BATCH for STEPS steps, each step's
 batch run as MICRO_BATCHES equal micro-batches whose gradients add up (as
-soap-run's gradient accumulation), and writes the losses to OUT and the
+soap-run's gradient accumulation) at learning rate LR (0.1, soap-run's
+default), and writes the losses to OUT and the
 final weights to DIR as soap-run's --dump-weights does (float64 files,
-"dtype": "f64" in weights.json), for compare.py --exact-ref. Only models
+"dtype": "f64" in weights.json), for compare.py --exact-ref; with
+--float32 the same in float32 (PyTorch's kernels round otherwise than
+soap-run's: a second float32 sample for compare.py --float32-ref). Only models
 whose ONNX weight names are PyTorch's parameter names (the torchvision
 models and export.py's own CNNs) and whose inputs are images."""
 import array
@@ -116,13 +120,18 @@ def train(model, x, labels, steps, micro_batches=1, lr=0.1):
 
 
 def write(argv):
-    name, seed, batch, steps, m, out, wdir = argv
+    dtype = torch.float64
+    if argv and argv[0] == "--float32":
+        dtype, argv = torch.float32, argv[1:]
+    name, seed, batch, steps, m, out, wdir = argv[:7]
+    lr = float(argv[7]) if len(argv) > 7 else 0.1
     batch, steps, m = int(batch), int(steps), int(m)
-    model, x, labels = setup(name, int(seed), batch, torch.float64)
-    losses = train(model, x, labels, steps, m)
+    model, x, labels = setup(name, int(seed), batch, dtype)
+    losses = train(model, x, labels, steps, m, lr)
+    kind = "float64" if dtype == torch.float64 else "float32"
     with open(out, "w") as f:
         for k, loss in enumerate(losses):
-            f.write("step %d loss %.17g (float64 PyTorch)\n" % (k + 1, loss))
+            f.write("step %d loss %.17g (%s PyTorch)\n" % (k + 1, loss, kind))
     os.makedirs(wdir, exist_ok=True)
     man = []
     for k, p in model.named_parameters():
@@ -132,7 +141,7 @@ def write(argv):
                     "dtype": "f64"})
     with open(os.path.join(wdir, "weights.json"), "w") as f:
         json.dump({"weights": man}, f, indent=1)
-    print("float64 reference: %d losses, %d weights" % (len(losses), len(man)))
+    print("%s reference: %d losses, %d weights" % (kind, len(losses), len(man)))
 
 
 def main():

@@ -30,6 +30,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 #include <string>
 #include <vector>
@@ -67,6 +68,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
+    else
+      benchUsage("bench-collectives [--out FILE]", argv[i]);
   const Case cases[] = {{"dgx-h100-1", h100Published},
                         {"v100-2x8", notPublished}};
   Table t({"topology", "gpus", "size", "algorithm", "time us", "algbw GB/s",

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 
 using namespace soap;
@@ -78,6 +79,8 @@ int main(int argc, char **argv) {
       zero = true;
     else if (!std::strcmp(argv[i], "--no-elimination"))
       elimination = false;
+    else
+      benchUsage("bench-ft [--threads 2] [--repeat 5] [--models a,b] [--no-elimination] [--no-reuse] [--no-recompute] [--zero] [--max-split-loops N] [--resolution R] [--out FILE]", argv[i]);
   }
   auto topo = loadTopology(std::string(SOAP_SOURCE_DIR) +
                            "/examples/topologies/v100-2x8.json");

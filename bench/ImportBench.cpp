@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ int main(int argc, char **argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
+    else
+      benchUsage("bench-import [--repeat N] [--out FILE]", argv[i]);
   }
   const char *models[] = {"lenet",       "alexnet",   "vgg16",
                           "resnet101",   "inception_v3", "wide_resnet101_2",

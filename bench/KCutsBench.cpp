@@ -14,6 +14,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 
 using namespace soap;
@@ -57,6 +58,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
+    else
+      benchUsage("bench-kcuts [--out FILE]", argv[i]);
   auto topo = loadTopology(std::string(SOAP_SOURCE_DIR) +
                            "/examples/topologies/k80-8.json");
   if (!topo)

@@ -18,6 +18,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 
 using namespace soap;
@@ -43,6 +44,8 @@ int main(int argc, char **argv) {
       out = argv[++i];
     else if (!std::strcmp(argv[i], "--models") && i + 1 < argc)
       only = "," + std::string(argv[++i]) + ",";
+    else
+      benchUsage("bench-search [--max-devices 64] [--budget 20000|60s] [--models a,b] [--out FILE]", argv[i]);
   }
   auto b = Budget::parse(budget);
   if (!b)

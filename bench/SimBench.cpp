@@ -21,6 +21,7 @@
 #include "llvm/Support/Path.h"
 #include <chrono>
 #include <cstring>
+#include "BenchArgs.h"
 #include <fmt/format.h>
 
 using namespace soap;
@@ -77,6 +78,8 @@ int main(int argc, char **argv) {
       proposals = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
+    else
+      benchUsage("bench-sim [--proposals N] [--out FILE]", argv[i]);
   }
   auto topo = loadTopology(std::string(SOAP_SOURCE_DIR) +
                            "/examples/topologies/dgx-h100-8.json");

@@ -31,6 +31,13 @@ import os
 import re
 import sys
 
+try:  # vectorised where numpy is at hand (python3-torch brings it)
+    import numpy as np
+except ImportError:
+    np = None
+
+CHUNK = 1 << 22  # numpy's elements per slice: bounds its temporaries
+
 
 def losses(path):
     with open(path) as f:
@@ -58,11 +65,50 @@ def close(a, b, exact, bf16=False, atol=1e-4):
     return abs(a - b) <= max(1e-5 * max(abs(a), abs(b)), 1e-6)
 
 
+def first_far(a, b, exact, bf16, atol):
+    """The index of the first pair of a and b that is not close(), or -1."""
+    if np is None or not isinstance(a, array.array):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not close(x, y, exact, bf16, atol):
+                return i
+        return -1
+    for lo in range(0, len(a), CHUNK):
+        x = np.frombuffer(a, dtype=a.typecode, count=min(CHUNK, len(a) - lo),
+                          offset=lo * a.itemsize)
+        y = np.frombuffer(b, dtype=b.typecode, count=len(x),
+                          offset=lo * b.itemsize)
+        if exact:
+            ok = (x.astype(np.float32).view(np.uint32) ==
+                  y.astype(np.float32).view(np.uint32))
+        else:
+            x, y = x.astype(np.float64), y.astype(np.float64)
+            rel, floor = (2.0 ** -7, atol) if bf16 else (1e-5, 1e-6)
+            tol = np.maximum(rel * np.maximum(np.abs(x), np.abs(y)), floor)
+            ok = np.abs(x - y) <= tol  # NaN compares False: not close
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            return lo + int(bad[0])
+    return -1
+
+
+def max_diff(a, b):
+    """The largest |a[i] - b[i]|."""
+    if np is None or not isinstance(a, array.array):
+        return max(abs(x - y) for x, y in zip(a, b))
+    m = 0.0
+    for lo in range(0, len(a), CHUNK):
+        n = min(CHUNK, len(a) - lo)
+        x = np.frombuffer(a, dtype=a.typecode, count=n, offset=lo * a.itemsize)
+        y = np.frombuffer(b, dtype=b.typecode, count=n, offset=lo * b.itemsize)
+        m = max(m, float(np.abs(x.astype(np.float64) - y).max()))
+    return m
+
+
 def envelope(samples, run, exact):
     """Largest |run - exact| over the largest |sample - exact| of any
     float32 sample (0 where both are 0)."""
-    e_ref = max(max(abs(a - x) for a, x in zip(s, exact)) for s in samples)
-    e_run = max(abs(b - x) for b, x in zip(run, exact))
+    e_ref = max(max_diff(s, exact) for s in samples)
+    e_run = max_diff(run, exact)
     return e_run / e_ref if e_ref > 0 else (0.0 if e_run == 0 else math.inf)
 
 
@@ -115,18 +161,16 @@ def main():
         if len(a) != len(b):
             sys.exit("MISMATCH: %s has %d elements against %d"
                      % (name, len(a), len(b)))
-        for i, (x, y) in enumerate(zip(a, b)):
-            if close(x, y, exact, bf16, atol):
-                continue
+        i = first_far(a, b, exact, bf16, atol)
+        if i >= 0:
             r = (envelope([a] + [ws[name] for _, ws in samples], b, wx[name])
                  if wx and name in wx and len(wx[name]) == len(a)
                  else math.inf)
             if r > 2:
                 sys.exit("MISMATCH: %s[%d] %.9g against %.9g%s" % (
-                    name, i, x, y, "" if wx is None else
+                    name, i, a[i], b[i], "" if wx is None else
                     " (%.3g times the float32 samples' largest error)" % r))
             worst = max(worst, (r, name))
-            break
         n += len(a)
     print("MATCH%s: %d losses, %d weights, %d elements%s"
           % (" exactly" if exact else " (bf16)" if bf16 else "", len(la),

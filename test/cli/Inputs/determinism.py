@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 SEEDS = (0, 1, 42)
 THREADS = (1, 2)
@@ -62,6 +63,12 @@ def run(soapc, model, topology, searcher, seed, threads, out):
 
 
 def check(args, searcher, model, seed):
+    t0 = time.monotonic()
+    kind, line = check_runs(args, searcher, model, seed)
+    return kind, line, time.monotonic() - t0
+
+
+def check_runs(args, searcher, model, seed):
     name = os.path.splitext(os.path.basename(model))[0]
     tag = f"{searcher} {name} seed {seed}"
     results = []
@@ -108,11 +115,18 @@ def main():
           f"seeds {', '.join(map(str, SEEDS))}")
     jobs = [(s, m, seed) for s in names for m in models for seed in SEEDS]
     counts = {"same": 0, "skip": 0, "fail": 0}
+    took = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for kind, line in pool.map(lambda j: check(args, *j), jobs):
+        for (kind, line, seconds), job in zip(
+                pool.map(lambda j: check(args, *j), jobs), jobs):
             counts[kind] += 1
+            took.append((seconds, job))
             if kind != "same":
                 print(line)
+    # Where the test's time goes (it is the longest of the suite).
+    for seconds, (s, m, seed) in sorted(took, reverse=True)[:5]:
+        name = os.path.splitext(os.path.basename(m))[0]
+        print(f"determinism: slowest: {s} {name} seed {seed}: {seconds:.1f} s")
     print(f"determinism: {len(jobs)} combinations: {counts['same']} "
           f"identical, {counts['skip']} skipped, {counts['fail']} failed")
     return 1 if counts["fail"] else 0

@@ -313,12 +313,15 @@ void eltBackward(KernelCtx &ctx) {
 // --- Dropout -------------------------------------------------------------
 
 /// The ratio and whether the op drops at all (training_mode and ratio > 0).
+/// The importer turns ONNX's ratio and training_mode operands into
+/// attributes (ONNX's defaults: 0.5, and no training: the identity); a
+/// graph built with them as constant operands gives them there.
 std::pair<float, bool> dropoutRatio(const Graph &g, const Op &op) {
   float ratio = static_cast<float>(op.getFloat("ratio", 0.5));
   if (const Value *r =
           op.input(1) != kNoValue ? &g.value(op.input(1)) : nullptr)
     ratio = r->data.empty() ? ratio : static_cast<float>(r->data[0]);
-  bool training = false;
+  bool training = op.getInt("training_mode", 0) != 0;
   if (op.input(2) != kNoValue) {
     const Value &m = g.value(op.input(2));
     training = !m.data.empty() && m.data[0] != 0;

@@ -6,6 +6,7 @@
 
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
+#include <algorithm>
 #include <chrono>
 #include <spdlog/spdlog.h>
 
@@ -25,7 +26,8 @@ std::optional<FtMode> parseFtMode(llvm::StringRef s) {
 
 llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
                                                 const FtOptions &o,
-                                                size_t maxSimulated) {
+                                                size_t maxSimulated,
+                                                double memoryCap) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = FtModel::build(p, o);
   if (!m)
@@ -56,13 +58,26 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     rep.points[i].devices = rep.devices;
   }
   size_t n = rep.points.size();
+  // The points to spread over: all, or those within memoryCap and the
+  // least-memory one.
+  std::vector<size_t> cand;
+  size_t least = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (rep.points[i].point.costs.memory <
+        rep.points[least].point.costs.memory)
+      least = i;
+    if (memoryCap <= 0 || rep.points[i].point.costs.memory <= memoryCap)
+      cand.push_back(i);
+  }
+  if (n > 0 && std::find(cand.begin(), cand.end(), least) == cand.end())
+    cand.insert(std::upper_bound(cand.begin(), cand.end(), least), least);
   std::vector<size_t> pick;
-  if (maxSimulated == 0 || n <= maxSimulated) {
-    for (size_t i = 0; i < n; ++i)
-      pick.push_back(i);
+  size_t c = cand.size();
+  if (maxSimulated == 0 || c <= maxSimulated) {
+    pick = cand;
   } else {
     for (size_t j = 0; j < maxSimulated; ++j) {
-      size_t i = maxSimulated == 1 ? 0 : j * (n - 1) / (maxSimulated - 1);
+      size_t i = cand[maxSimulated == 1 ? 0 : j * (c - 1) / (maxSimulated - 1)];
       if (pick.empty() || pick.back() != i)
         pick.push_back(i);
     }
@@ -314,6 +329,15 @@ namespace {
 
 /// Points the searcher re-scores with the simulator.
 constexpr size_t kSimulatedPoints = 32;
+/// The searcher simulates only points whose FT memory is at most this
+/// times the device's (and the least-memory one): FT's estimate leaves out
+/// workspaces, buffers and a recomputed chain's peak, and on every frontier
+/// measured (LeNet, AlexNet, the small ResNet and Transformer, RNNTC, NMT,
+/// the 10 GB Transformer: 12 points each; GPT-3 175B on 1,024 GPUs) the
+/// simulator's peak came out at or above it (+0.5% to 8x), so a point FT
+/// puts past this cannot fit; each point simulated on 1,024 devices takes
+/// seconds.
+constexpr double kSimulatedMemoryMargin = 1.25;
 /// The most micro-batches the searcher tries.
 constexpr int32_t kMaxMicroBatches = 256;
 
@@ -382,7 +406,7 @@ public:
         o.microBatches = m;
         size_t sims = size_t(
             std::min<uint64_t>(kSimulatedPoints, std::max<uint64_t>(left, 2)));
-        auto r = frontierReport(p, o, sims);
+        auto r = frontierReport(p, o, sims, kSimulatedMemoryMargin * memory);
         if (!r) {
           if ((m == 1 && zero == zeroOnly) ||
               (!best && r.errorIsA<DeadlineExceeded>()))

@@ -255,7 +255,9 @@ struct FtScored {
 };
 
 /// The frontier on `o.devices` devices; up to `maxSimulated` points spread
-/// evenly over it (the first and last always) are simulated, 0 = all.
+/// evenly over it (the first and last always) are simulated, 0 = all. With
+/// `memoryCap` > 0 they are spread over the points whose FT memory is at
+/// most that many bytes, and the least-memory point is simulated always.
 struct FtFrontierReport {
   size_t devices = 0;
   FtOptions options;
@@ -265,7 +267,8 @@ struct FtFrontierReport {
 };
 llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
                                                 const FtOptions &o,
-                                                size_t maxSimulated = 0);
+                                                size_t maxSimulated = 0,
+                                                double memoryCap = 0);
 
 /// Mini-time: the point the simulator finds fastest among the simulated
 /// ones that fit; an index into `r.points`, or -1.

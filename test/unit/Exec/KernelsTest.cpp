@@ -361,3 +361,35 @@ TEST_CASE("Exec: every op of the zoo's CNNs, MLP, BERT and LSTMs has a "
   CHECK(llvm::StringRef(errorMessage(checkExecutable(*g)))
             .contains("constant '/Trilu_output_0' has no known data"));
 }
+
+TEST_CASE("Exec kernels: an imported training-mode Dropout drops about its "
+          "ratio and scales the rest; without training it is the identity",
+          "[exec][kernels]") {
+  // The importer turns ONNX's ratio and training_mode operands into
+  // attributes; the kernel read only operands, and so never dropped.
+  auto g = test::zooModel("transformer_small", 64);
+  Op op = firstOf(*g, "Dropout");
+  REQUIRE(op.getInt("training_mode", 0) == 1);
+  double ratio = op.getFloat("ratio", 0.5);
+  REQUIRE(ratio > 0);
+  Rng rng(9);
+  Task t = wholeTask(*g, op, rng);
+  runForward(*g, op, t);
+  size_t zeros = 0, n = t.out[0].size();
+  for (size_t k = 0; k < n; ++k) {
+    if (t.out[0].data[k] == 0) {
+      ++zeros;
+      continue;
+    }
+    CHECK(t.out[0].data[k] ==
+          Approx(t.in[0].data[k] / (1 - ratio)).epsilon(1e-6));
+  }
+  INFO(zeros << " of " << n << " dropped at ratio " << ratio);
+  // 8,192 elements: ratio +- 5 standard deviations.
+  double sd = std::sqrt(ratio * (1 - ratio) / double(n));
+  CHECK(std::fabs(double(zeros) / double(n) - ratio) < 5 * sd);
+  op.attrs["training_mode"] = int64_t(0);
+  Task u = wholeTask(*g, op, rng);
+  runForward(*g, op, u);
+  CHECK(u.out[0].data == u.in[0].data);
+}

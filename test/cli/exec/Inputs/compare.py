@@ -176,7 +176,7 @@ def main():
           % (" exactly" if exact else " (bf16)" if bf16 else "", len(la),
              len(wa), n, "" if worst[0] < 0 else
              "; beyond the tolerance but within float32's error (float64 "
-             "reference): worst %s at %.2f times the float32 samples'" % (
+             "reference): worst %s at %.3g times the float32 samples'" % (
                  worst[1], worst[0])))
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ def hash_uniform(seed, stream, index):
     return (splitmix(a ^ index) >> 11) * 2.0 ** -53
 
 
-def hash_uniforms(seed, stream, n):
-    """hash_uniform(seed, stream, i) for i in range(n), as a numpy array."""
+def hash_uniforms(seed, stream, n, start=0):
+    """hash_uniform(seed, stream, i) for i in range(start, start + n), as a
+    numpy array."""
     u64 = np.uint64
     with np.errstate(over="ignore"):
         def mix(x):
@@ -67,8 +68,48 @@ def hash_uniforms(seed, stream, n):
             z = (z ^ (z >> u64(27))) * u64(0x94d049bb133111eb)
             return z ^ (z >> u64(31))
         a = u64(splitmix((seed * 0xd1342543de82ef95 + stream) & MASK))
-        return (mix(a ^ np.arange(n, dtype=np.uint64)) >> u64(11)).astype(
-            np.float64) * 2.0 ** -53
+        return (mix(a ^ np.arange(start, start + n, dtype=np.uint64))
+                >> u64(11)).astype(np.float64) * 2.0 ** -53
+
+
+class SoapDropout(nn.Module):
+    """nn.Dropout with soap-run's masks: element i of the op's output (its
+    index in the whole batch's tensor) is kept when hash_uniform(seed,
+    fnv1a(node name) ^ step * golden, i) >= p. `step` (0-based) and
+    `offset` (the micro-batch's first element) are set before each pass."""
+
+    def __init__(self, node, p, seed):
+        super().__init__()
+        self.node, self.p, self.seed = node, p, seed
+        self.step, self.offset = 0, 0
+
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        stream = fnv1a(self.node) ^ ((self.step * 0x9E3779B97F4A7C15) & MASK)
+        keep = hash_uniforms(self.seed, stream, x.numel(), self.offset) >= self.p
+        mask = torch.tensor(keep.reshape(x.shape), dtype=x.dtype)
+        scale = torch.tensor(1 / (1 - self.p), dtype=torch.float32).to(x.dtype)
+        return x * scale * mask
+
+
+def soap_dropouts(model, seed):
+    """Replaces every nn.Dropout by a SoapDropout named as PyTorch's ONNX
+    exporter names its node ('classifier.0' -> '/classifier/classifier.0/
+    Dropout'); returns them."""
+    out = []
+    for path, mod in list(model.named_modules()):
+        if not isinstance(mod, nn.Dropout):
+            continue
+        parts = path.split(".")
+        node = "".join("/" + ".".join(parts[:i + 1])
+                       for i in range(len(parts))) + "/Dropout"
+        d = SoapDropout(node, mod.p, seed)
+        parent = model.get_submodule(".".join(parts[:-1])) if len(parts) > 1 \
+            else model
+        setattr(parent, parts[-1], d)
+        out.append(d)
+    return out
 
 
 def setup(name, seed, batch, dtype):
@@ -78,6 +119,7 @@ def setup(name, seed, batch, dtype):
     torch.manual_seed(0)
     model = builder().to(dtype)
     model.train()
+    soap_dropouts(model, seed)
     scales = {m + ".weight" for m, mod in model.named_modules()
               if isinstance(mod, (nn.BatchNorm2d, nn.LayerNorm))}
     with torch.no_grad():
@@ -106,12 +148,23 @@ def train(model, x, labels, steps, micro_batches=1, lr=0.1):
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     batch = x.shape[0]
-    for _ in range(steps):
+    for step in range(steps):
         opt.zero_grad()
         total = 0.0
-        for xs, ls in zip(x.chunk(micro_batches), labels.chunk(micro_batches)):
+        for k, (xs, ls) in enumerate(zip(x.chunk(micro_batches),
+                                         labels.chunk(micro_batches))):
+            for d in model.modules():
+                if isinstance(d, SoapDropout):
+                    d.step = step
+            # the micro-batch's first element: k times its input's size
+            hooks = [d.register_forward_pre_hook(
+                lambda mod, inp, k=k: setattr(mod, "offset",
+                                              k * inp[0].numel()))
+                for d in model.modules() if isinstance(d, SoapDropout)]
             # each micro-batch's share of the batch's mean
             loss = F.cross_entropy(model(xs), ls, reduction="sum") / batch
+            for h in hooks:
+                h.remove()
             loss.backward()
             total += loss.item()
         losses.append(total)

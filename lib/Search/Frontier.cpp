@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cassert>
 #include <condition_variable>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace soap {
 
@@ -249,11 +251,25 @@ struct ThreadPool::State {
   uint64_t generation = 0;
   bool stop = false;
 
+  /// The first exception an index threw (std::bad_alloc on a task graph
+  /// too large for RAM): no index starts after it, and parallelFor
+  /// rethrows it in its caller's thread (a worker's would abort).
+  std::mutex errorLock;
+  std::exception_ptr error;
+
   /// `f` and `count` are copied under the lock; `next` is reset only
   /// while no worker is busy, so a late worker finds no index left.
   void work(const std::function<void(size_t)> *f, size_t count) {
-    for (size_t i; (i = next.fetch_add(1)) < count;)
-      (*f)(i);
+    for (size_t i; (i = next.fetch_add(1)) < count;) {
+      try {
+        (*f)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorLock);
+        if (!error)
+          error = std::current_exception();
+        next = count;
+      }
+    }
   }
 };
 
@@ -310,6 +326,9 @@ void ThreadPool::parallelFor(size_t n, const std::function<void(size_t)> &fn) {
   s.work(&fn, n);
   std::unique_lock<std::mutex> lock(s.m);
   s.done.wait(lock, [&] { return s.busy == 0 && s.next >= n; });
+  std::lock_guard<std::mutex> errorLock(s.errorLock);
+  if (std::exception_ptr e = std::exchange(s.error, nullptr))
+    std::rethrow_exception(e);
 }
 
 } // namespace soap

@@ -252,6 +252,8 @@ struct FtScored {
   bool simulated = false; ///< false: beyond maxSimulated, not re-scored
   /// Not simulated: its task graph passes taskLimit (RAM).
   bool tooLarge = false;
+  /// Not simulated: building or simulating it ran out of memory.
+  bool outOfMemory = false;
 };
 
 /// The frontier on `o.devices` devices; up to `maxSimulated` points spread

@@ -7,7 +7,10 @@
 #include "soap/Search/FrontierTracking.h"
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <new>
 #include <random>
 
 using namespace soap;
@@ -717,4 +720,26 @@ TEST_CASE("The node mesh: samples across, one loop within a node", "[ft]") {
   auto r = FtModel::build(p, bad);
   CHECK_FALSE(static_cast<bool>(r));
   llvm::consumeError(r.takeError());
+}
+
+TEST_CASE("ThreadPool: an index's exception reaches parallelFor's caller; "
+          "no index starts after it and the pool runs on",
+          "[ft][threads]") {
+  for (int threads : {1, 2, 4}) {
+    INFO(threads << " threads");
+    ThreadPool pool(threads);
+    std::atomic<size_t> started{0};
+    // (A worker's exception used to escape its thread: std::terminate.)
+    REQUIRE_THROWS_AS(pool.parallelFor(100000,
+                                       [&](size_t i) {
+                                         ++started;
+                                         if (i == 10)
+                                           throw std::bad_alloc();
+                                       }),
+                      std::bad_alloc);
+    CHECK(started < 100000);
+    std::vector<int> seen(1000, 0);
+    pool.parallelFor(seen.size(), [&](size_t i) { seen[i] = 1; });
+    CHECK(std::count(seen.begin(), seen.end(), 1) == 1000);
+  }
 }

@@ -20,10 +20,13 @@ result (a deep network with batch statistics over a few samples amplifies
 rounding: ResNet-101 at batch 4 moves some weights 20-30% of their update
 away from float64, in PyTorch as in soap-run), a loss or a weight tensor
 whose numbers differ beyond the tolerance still matches when the run is no
-further from the exact result than twice the furthest float32 sample: the
-reference run and each --float32-ref (the same training by other kernels,
-torch_reference.py --write --float32), by the largest difference over the
-tensor. Prints one line; exits 1 on a mismatch."""
+further from the exact result than ENVELOPE times the furthest float32
+sample: the reference run and each --float32-ref (the same training by
+other kernels, torch_reference.py --write --float32), by the largest
+difference over the tensor. Plans that split a reduction add in another
+order and have come to 3.0 times (VGG-16's k-cuts plan on 4 ranks, a bias
+after 2 steps); a plan that loses 1% of one weight's update is 3,300 times
+past it (AlexNet, one step). Prints one line; exits 1 on a mismatch."""
 import array
 import json
 import math
@@ -37,6 +40,7 @@ except ImportError:
     np = None
 
 CHUNK = 1 << 22  # numpy's elements per slice: bounds its temporaries
+ENVELOPE = 4  # --exact-ref: how much further than float32 a run may be
 
 
 def losses(path):
@@ -146,7 +150,7 @@ def main():
             continue
         r = (envelope([[a]] + [[ls[k]] for ls, _ in samples], [b], [lx[k]])
              if lx and k < len(lx) else math.inf)
-        if r > 2:
+        if r > ENVELOPE:
             sys.exit("MISMATCH: step %d loss %.9g against %.9g%s" % (
                 k + 1, a, b, "" if lx is None else
                 " (float64 %.9g: %.3g times the float32 samples' error)"
@@ -166,7 +170,7 @@ def main():
             r = (envelope([a] + [ws[name] for _, ws in samples], b, wx[name])
                  if wx and name in wx and len(wx[name]) == len(a)
                  else math.inf)
-            if r > 2:
+            if r > ENVELOPE:
                 sys.exit("MISMATCH: %s[%d] %.9g against %.9g%s" % (
                     name, i, a[i], b[i], "" if wx is None else
                     " (%.3g times the float32 samples' largest error)" % r))

@@ -25,9 +25,11 @@ says so (float64_reference). Deep networks with batch statistics
 over a few samples move float32 far from the exact result whatever the
 plan (ResNet-101 at batch 4: 6% of the loss after 2 steps).
 
-The default models are every zoo model that soap-run can train on this
-machine in minutes; the GPT-3 models have no weights (soap-run refuses them)
-and the TensorOpt-size ones do not fit in its memory."""
+The default models are every zoo model with weights that soap-run can
+train in minutes a run; the GPT-3 models have no weights (soap-run refuses
+them) and the TensorOpt-size ones do not fit in a 24 GB machine. transformer
+and gpt2 at batch 4 need about 36 GB on 4 ranks (about 9 GB a rank for one
+1,024-token gpt2 sequence): on 24 GB run them at batch 2 with --ranks 2."""
 
 import argparse
 import json

@@ -19,7 +19,9 @@ final weights to DIR as soap-run's --dump-weights does (float64 files,
 --float32 the same in float32 (PyTorch's kernels round otherwise than
 soap-run's: a second float32 sample for compare.py --float32-ref). Only models
 whose ONNX weight names are PyTorch's parameter names (the torchvision
-models and export.py's own CNNs) and whose inputs are images."""
+models and export.py's own CNNs) and whose inputs are images. Every
+nn.Dropout takes soap-run's masks (SoapDropout): the zoo's exports are in
+training mode, so their Dropouts drop."""
 import array
 import json
 import math

@@ -313,30 +313,17 @@ void eltBackward(KernelCtx &ctx) {
 // --- Dropout -------------------------------------------------------------
 
 /// The ratio and whether the op drops at all (training_mode and ratio > 0).
-/// The importer turns ONNX's ratio and training_mode operands into
-/// attributes (ONNX's defaults: 0.5, and no training: the identity); a
-/// graph built with them as constant operands gives them there.
-std::pair<float, bool> dropoutRatio(const Graph &g, const Op &op) {
+/// The importer keeps only Dropout's data operand and turns ONNX's ratio
+/// and training_mode (constants it requires) into attributes, with ONNX's
+/// defaults: 0.5, and no training (the identity).
+std::pair<float, bool> dropoutRatio(const Op &op) {
   float ratio = static_cast<float>(op.getFloat("ratio", 0.5));
-  if (const Value *r =
-          op.input(1) != kNoValue ? &g.value(op.input(1)) : nullptr)
-    ratio = r->data.empty() ? ratio : static_cast<float>(r->data[0]);
   bool training = op.getInt("training_mode", 0) != 0;
-  if (op.input(2) != kNoValue) {
-    const Value &m = g.value(op.input(2));
-    training = !m.data.empty() && m.data[0] != 0;
-  }
   return {ratio, training && ratio > 0};
 }
 
-llvm::Error checkDropout(const Graph &g, const Op &op) {
-  for (size_t i = 1; i < op.inputs.size(); ++i)
-    if (op.inputs[i] != kNoValue &&
-        (g.value(op.inputs[i]).kind != ValueKind::Constant ||
-         g.value(op.inputs[i]).data.size() != 1))
-      return inputError("Dropout's ratio and training_mode must be scalar "
-                        "constants");
-  auto [ratio, on] = dropoutRatio(g, op);
+llvm::Error checkDropout(const Graph &, const Op &op) {
+  auto [ratio, on] = dropoutRatio(op);
   if (ratio < 0 || ratio >= 1)
     return inputError("Dropout ratio {} is outside [0, 1)", ratio);
   return llvm::Error::success();
@@ -346,7 +333,7 @@ llvm::Error checkDropout(const Graph &g, const Op &op) {
 template <class F> void dropoutWalk(KernelCtx &ctx, Task &t, F f) {
   const OpSemantics &sem = ctx.op.sem;
   // No bindings: the lambda below captures them.
-  const auto dropout = dropoutRatio(ctx.graph, ctx.op);
+  const auto dropout = dropoutRatio(ctx.op);
   const auto ratio = dropout.first;
   const bool on = dropout.second;
   const Value &y = ctx.graph.value(ctx.op.outputs[0]);
@@ -364,8 +351,8 @@ template <class F> void dropoutWalk(KernelCtx &ctx, Task &t, F f) {
   });
 }
 
-float dropoutScale(const Graph &g, const Op &op) {
-  auto [ratio, on] = dropoutRatio(g, op);
+float dropoutScale(const Op &op) {
+  auto [ratio, on] = dropoutRatio(op);
   return on ? 1 / (1 - ratio) : 1.0f;
 }
 
@@ -373,7 +360,7 @@ float dropoutScale(const Graph &g, const Op &op) {
 // semantics count Dropout as saving, and what PyTorch's dropout keeps);
 // backward reads it, not the output or the seed.
 void dropoutForward(KernelCtx &ctx) {
-  float s = dropoutScale(ctx.graph, ctx.op);
+  float s = dropoutScale(ctx.op);
   bool mask = ctx.op.outputs.size() > 1 && ctx.op.outputs[1] != kNoValue;
   for (Task &t : ctx.tasks) {
     t.mask.assign(t.out[0].data.size(), 0);
@@ -387,7 +374,7 @@ void dropoutForward(KernelCtx &ctx) {
 }
 
 void dropoutBackward(KernelCtx &ctx) {
-  float s = dropoutScale(ctx.graph, ctx.op);
+  float s = dropoutScale(ctx.op);
   for (Task &t : ctx.tasks) {
     // The output box's points in order, as forward wrote the mask.
     PointIter it(ctx.op.sem, {{&ctx.op.sem.outputs[0], t.gout[0].box},

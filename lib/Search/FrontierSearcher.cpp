@@ -58,26 +58,21 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
     rep.points[i].devices = rep.devices;
   }
   size_t n = rep.points.size();
-  // The points to spread over: all, or those within memoryCap and the
-  // least-memory one.
-  std::vector<size_t> cand;
-  size_t least = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (rep.points[i].point.costs.memory <
-        rep.points[least].point.costs.memory)
-      least = i;
-    if (memoryCap <= 0 || rep.points[i].point.costs.memory <= memoryCap)
-      cand.push_back(i);
+  // The points to spread over: the first c, in ascending memory (all, or
+  // those within memoryCap and at least the least-memory one).
+  size_t c = n;
+  if (memoryCap > 0) {
+    c = std::min<size_t>(1, n);
+    while (c < n && rep.points[c].point.costs.memory <= memoryCap)
+      ++c;
   }
-  if (n > 0 && std::find(cand.begin(), cand.end(), least) == cand.end())
-    cand.insert(std::upper_bound(cand.begin(), cand.end(), least), least);
   std::vector<size_t> pick;
-  size_t c = cand.size();
   if (maxSimulated == 0 || c <= maxSimulated) {
-    pick = cand;
+    for (size_t i = 0; i < c; ++i)
+      pick.push_back(i);
   } else {
     for (size_t j = 0; j < maxSimulated; ++j) {
-      size_t i = cand[maxSimulated == 1 ? 0 : j * (c - 1) / (maxSimulated - 1)];
+      size_t i = maxSimulated == 1 ? 0 : j * (c - 1) / (maxSimulated - 1);
       if (pick.empty() || pick.back() != i)
         pick.push_back(i);
     }
@@ -476,21 +471,20 @@ public:
         tooLarge += pt.tooLarge;
         exhausted += pt.outOfMemory;
       }
-      if (exhausted)
+      if (tooLarge || exhausted) {
+        std::string why =
+            exhausted ? fmt::format("{} not simulated: this machine ran out "
+                                    "of memory building their task graphs",
+                                    exhausted)
+                      : fmt::format("{} not simulated: their task graphs "
+                                    "pass {} tasks",
+                                    tooLarge, taskLimit(p));
         return makeError(ExitCode::Infeasible,
                          "{}: no simulated point of the cost frontier fits in "
-                         "device memory ({} points at {} micro-batch(es); {} "
-                         "not simulated: this machine ran out of memory "
-                         "building their task graphs)",
+                         "device memory ({} points at {} micro-batch(es); {})",
                          p.graph.sourcePath, r->points.size(),
-                         r->options.microBatches, exhausted);
-      if (tooLarge)
-        return makeError(ExitCode::Infeasible,
-                         "{}: no simulated point of the cost frontier fits in "
-                         "device memory ({} points at {} micro-batch(es); {} "
-                         "not simulated: their task graphs pass {} tasks)",
-                         p.graph.sourcePath, r->points.size(),
-                         r->options.microBatches, tooLarge, taskLimit(p));
+                         r->options.microBatches, why);
+      }
       return makeError(ExitCode::Infeasible,
                        "{}: no point of the cost frontier fits in device "
                        "memory ({} points at {} micro-batch(es); the least "

@@ -61,12 +61,16 @@ def weights(d):
     return out
 
 
+def tolerance(bf16, atol):
+    """(relative, absolute floor) of close()."""
+    return (2.0 ** -7, atol) if bf16 else (1e-5, 1e-6)
+
+
 def close(a, b, exact, bf16=False, atol=1e-4):
     if exact:
         return array.array("f", [a]).tobytes() == array.array("f", [b]).tobytes()
-    if bf16:
-        return abs(a - b) <= max(2.0 ** -7 * max(abs(a), abs(b)), atol)
-    return abs(a - b) <= max(1e-5 * max(abs(a), abs(b)), 1e-6)
+    rel, floor = tolerance(bf16, atol)
+    return abs(a - b) <= max(rel * max(abs(a), abs(b)), floor)
 
 
 def first_far(a, b, exact, bf16, atol):
@@ -86,7 +90,7 @@ def first_far(a, b, exact, bf16, atol):
                   y.astype(np.float32).view(np.uint32))
         else:
             x, y = x.astype(np.float64), y.astype(np.float64)
-            rel, floor = (2.0 ** -7, atol) if bf16 else (1e-5, 1e-6)
+            rel, floor = tolerance(bf16, atol)
             tol = np.maximum(rel * np.maximum(np.abs(x), np.abs(y)), floor)
             ok = np.abs(x - y) <= tol  # NaN compares False: not close
         bad = np.flatnonzero(~ok)

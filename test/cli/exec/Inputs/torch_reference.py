@@ -78,18 +78,19 @@ class SoapDropout(nn.Module):
     """nn.Dropout with soap-run's masks: element i of the op's output (its
     index in the whole batch's tensor) is kept when hash_uniform(seed,
     fnv1a(node name) ^ step * golden, i) >= p. `step` (0-based) and
-    `offset` (the micro-batch's first element) are set before each pass."""
+    `micro` (the micro-batch, of equal ones) are set before each pass."""
 
     def __init__(self, node, p, seed):
         super().__init__()
         self.node, self.p, self.seed = node, p, seed
-        self.step, self.offset = 0, 0
+        self.step, self.micro = 0, 0
 
     def forward(self, x):
         if not self.training or self.p == 0:
             return x
         stream = fnv1a(self.node) ^ ((self.step * 0x9E3779B97F4A7C15) & MASK)
-        keep = hash_uniforms(self.seed, stream, x.numel(), self.offset) >= self.p
+        keep = hash_uniforms(self.seed, stream, x.numel(),
+                             self.micro * x.numel()) >= self.p
         mask = torch.tensor(keep.reshape(x.shape), dtype=x.dtype)
         scale = torch.tensor(1 / (1 - self.p), dtype=torch.float32).to(x.dtype)
         return x * scale * mask
@@ -157,16 +158,9 @@ def train(model, x, labels, steps, micro_batches=1, lr=0.1):
                                          labels.chunk(micro_batches))):
             for d in model.modules():
                 if isinstance(d, SoapDropout):
-                    d.step = step
-            # the micro-batch's first element: k times its input's size
-            hooks = [d.register_forward_pre_hook(
-                lambda mod, inp, k=k: setattr(mod, "offset",
-                                              k * inp[0].numel()))
-                for d in model.modules() if isinstance(d, SoapDropout)]
+                    d.step, d.micro = step, k
             # each micro-batch's share of the batch's mean
             loss = F.cross_entropy(model(xs), ls, reduction="sum") / batch
-            for h in hooks:
-                h.remove()
             loss.backward()
             total += loss.item()
         losses.append(total)

@@ -59,6 +59,26 @@ double copyBandwidth(Comm &comm, int repeats) {
   return median(v);
 }
 
+/// Point-to-point as latency + bytes / bandwidth, least squares over the
+/// send-recv curve's points. The latency is the fastest message's time (a
+/// fit's intercept can come out negative); the bandwidth is the fitted
+/// slope, or the largest message's rate where one slow message (a first
+/// send that sets up the connection, under --warmup 0) makes the slope
+/// meaningless.
+void fitPointToPoint(const CollectiveCurve &curve, CpuMeasureSummary &sum) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, tmin = 0;
+  for (const auto &[bytes, rate] : curve.points) {
+    double x = double(bytes), y = x / rate;
+    tmin = n == 0 ? y : std::min(tmin, y);
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  const auto &hi = curve.points.back();
+  sum.p2pLatencySeconds = tmin;
+  sum.p2pBytesPerSec =
+      slope > 0 ? 1 / slope : hi.second;
+}
+
 /// The collective curves of MPI among ranks 0..n-1 of one host, algorithm
 /// bandwidth (the full buffer's bytes over the time) at sizes 4 .. max.
 void measureCollectives(Comm &comm, CostDatabase &db, int64_t maxBytes,
@@ -123,13 +143,8 @@ void measureCollectives(Comm &comm, CostDatabase &db, int64_t maxBytes,
           t = std::max(t, double(all[size_t(r)]));
         curve.points.push_back({Bytes(bytes), double(bytes) / t});
       }
-      if (kind == Collective::SendRecv && curve.points.size() >= 2) {
-        const auto &lo = curve.points.front(), &hi = curve.points.back();
-        double tlo = double(lo.first) / lo.second,
-               thi = double(hi.first) / hi.second;
-        sum.p2pLatencySeconds = tlo;
-        sum.p2pBytesPerSec = double(hi.first - lo.first) / (thi - tlo);
-      }
+      if (kind == Collective::SendRecv && curve.points.size() >= 2)
+        fitPointToPoint(curve, sum);
       db.collectives.add(std::move(curve));
     }
   }

@@ -12,13 +12,19 @@ bin=${BIN:-build/bin}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" .gpu
-cp "$bin/soapc" "$bin/soap-profile" "$stage/bin/"
-ldd "$bin/soapc" "$bin/soap-profile" | awk '/=> \// {print $3}' | sort -u |
+cp "$bin/soapc" "$bin/soap-profile" "$bin/soap-run" "$stage/bin/"
+ldd "$bin/soapc" "$bin/soap-profile" "$bin/soap-run" | awk '/=> \// {print $3}' | sort -u |
   grep -v -e libcuda -e libcublas -e libcudnn -e libnccl -e '/ld-linux' \
     -e '/libc\.so' -e '/libm\.so' -e '/libdl\.so' -e '/libpthread\.so' \
     -e '/librt\.so' -e '/libstdc++\.so' -e '/libgcc_s\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-XZ_OPT=${XZ_OPT:--6 -T2} tar -C "$stage" -cJf .gpu/soap-gpu.tar.xz bin lib
+# The GPU tool tests' runner: lit and LLVM's FileCheck and not.
+mkdir -p "$stage/llvm"
+cp /usr/lib/llvm-15/bin/FileCheck /usr/lib/llvm-15/bin/not "$stage/llvm/"
+mkdir -p "$stage/lit"
+cp /usr/lib/llvm-15/build/utils/lit/lit.py "$stage/lit/"
+cp -r /usr/lib/llvm-15/build/utils/lit/lit "$stage/lit/lit"
+XZ_OPT=${XZ_OPT:--6 -T2} tar -C "$stage" -cJf .gpu/soap-gpu.tar.xz bin lib llvm lit
 ls -l .gpu/soap-gpu.tar.xz
 # The device tool carries only ignored paths named in `carry`.
 git check-ignore -q .gpu/soap-gpu.tar.xz ||

@@ -13,8 +13,11 @@
 #   bench/fidelity.sh multi     8 devices: every device's compute tasks
 #                               replayed on the one GPU in turn; task error
 #                               and whether the plans are ordered alike
+#   bench/fidelity.sh exec      soap-run each EXEC_MODELS model whole on the
+#                               GPU (--backend cuda) and on the CPU, 2 steps:
+#                               numerics compared, step times logged
 #   bench/fidelity.sh table     print the tables, write bench/results/fidelity.json
-#   bench/fidelity.sh all       the five in order
+#   bench/fidelity.sh all       plans, profile, single, multi, table
 #   bench/fidelity.sh space     (not in all) the configuration spaces of the
 #                               zoo on 8 and 16 devices, TIME_LIMIT seconds
 #                               per model, for profiles/<device>.json
@@ -97,6 +100,30 @@ stage_multi() {
   done
 }
 
+# soap-run on the GPU against its CPU backend: the same one-GPU data plan,
+# seed and 2 steps; compare.py's verdict and both runs' step times into
+# $out/exec.log (one "exec MODEL BATCH ..." line per model).
+stage_exec() {
+  local spec m b dir
+  for spec in ${EXEC_MODELS:-lenet:8 mlp:8 alexnet:8 resnet101:4 inception_v3:4 vgg16:4 rnntc:8 rnnlm:8 nmt:4 transformer_small:8 gpt2:1}; do
+    m=${spec%%:*} b=${spec##*:} dir=$out/exec-$m
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$bin/soapc" "examples/models/$m.onnx" --topology "$one_topo" --search data \
+      --batch "$b" -o "$dir/plan.json" >/dev/null || { echo "exec $m $b noplan"; continue; }
+    for be in cpu cuda; do
+      timeout "${EXEC_TIMEOUT:-90}" "$bin/soap-run" "examples/models/$m.onnx" \
+        "$dir/plan.json" --steps 2 --seed 1 --backend "$be" \
+        --dump-weights "$dir/w-$be" > "$dir/$be.out" 2> "$dir/$be.err" ||
+        echo "exec $m $b $be failed: $(tail -c 300 "$dir/$be.err")"
+    done
+    echo "exec $m $b cpu $(grep -o 'time [0-9.e+-]*' "$dir/cpu.out" | tr '\n' ' ')" \
+      "cuda $(grep -o 'time [0-9.e+-]*' "$dir/cuda.out" | tr '\n' ' ')" \
+      "$(python3 test/cli/exec/Inputs/compare.py "$dir/cpu.out" "$dir/w-cpu" \
+         "$dir/cuda.out" "$dir/w-cuda" 2>&1 | tail -1)"
+    rm -rf "$dir/w-cpu" "$dir/w-cuda"
+  done | tee "$out/exec.log"
+}
+
 stage_table() {
   python3 bench/fidelity_table.py "$out" bench/results/fidelity.json
 }
@@ -108,6 +135,7 @@ case "${1:-all}" in
   single) stage_single ;;
   multi) stage_multi ;;
   table) stage_table ;;
+  exec) stage_exec ;;
   all) stage_plans; stage_profile; stage_single; stage_multi; stage_table ;;
-  *) echo "usage: $0 [plans|profile|single|multi|table|all|space]" >&2; exit 2 ;;
+  *) echo "usage: $0 [plans|profile|single|multi|exec|table|all|space]" >&2; exit 2 ;;
 esac

@@ -55,8 +55,15 @@ if config.soap_have_cuda:
     import shutil
     import subprocess
     smi = shutil.which("nvidia-smi")
-    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
-        config.available_features.add("gpu")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True) if smi else None
+    if listed and listed.returncode == 0:
+        gpus = sum(1 for l in listed.stdout.splitlines() if l.startswith("GPU "))
+        if gpus:
+            config.available_features.add("gpu")
+        # gpus-N: at least N GPUs (a test with a GPU per rank).
+        for n in (2, 4, 8):
+            if gpus >= n:
+                config.available_features.add("gpus-%d" % n)
 # PyTorch as a reference for soap-run (test/cli/exec/torch.test); found, not
 # imported, so lit starts fast.
 import importlib.util

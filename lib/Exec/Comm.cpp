@@ -20,8 +20,21 @@ int Comm::localSize() const { return 1; }
 
 void Comm::abort(int code) {
 #ifdef SOAP_HAVE_MPI
-  MPI_Abort(MPI_COMM_WORLD, code);
+  int started = 0;
+  MPI_Initialized(&started);
+  if (started)
+    MPI_Abort(MPI_COMM_WORLD, code);
 #endif
+}
+
+bool launchedByMpi() {
+  // Open MPI's mpirun, PMIx launchers (Open MPI 5, Slurm) and Hydra/PMI-1
+  // (MPICH, Intel MPI) each set one of these in every rank.
+  for (const char *v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                        "PMI_SIZE"})
+    if (std::getenv(v))
+      return true;
+  return false;
 }
 
 namespace {
@@ -211,6 +224,8 @@ private:
 
 std::unique_ptr<Comm> createComm(int &argc, char **&argv) {
 #ifdef SOAP_HAVE_MPI
+  if (!launchedByMpi())
+    return std::make_unique<SingleComm>();
   MPI_Init(&argc, &argv);
   // --help and --version exit from the option parser: finalise there too.
   std::atexit([] {
@@ -234,7 +249,11 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclComm(const Comm &) {
 void finalizeComm(std::unique_ptr<Comm> comm) {
   comm.reset();
 #ifdef SOAP_HAVE_MPI
-  MPI_Finalize();
+  int started = 0, done = 0;
+  MPI_Initialized(&started);
+  MPI_Finalized(&done);
+  if (started && !done)
+    MPI_Finalize();
 #endif
 }
 

@@ -28,7 +28,10 @@ public:
   int size() const override { return size_; }
   int localSize() const override { return localSize_; }
   std::string name() const override { return "nccl"; }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override {
+    if (size_ > 1)
+      MPI_Barrier(MPI_COMM_WORLD);
+  }
 
   void exchange(const std::vector<Message> &sends,
                 const std::vector<Message> &recvs) override {
@@ -93,7 +96,8 @@ llvm::Expected<std::unique_ptr<Comm>> createNcclComm(const Comm &mpi) {
   ncclUniqueId id;
   if (mpi.rank() == 0)
     ncclGetUniqueId(&id);
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (mpi.size() > 1)
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   ncclComm_t c;
   ncclResult_t r = ncclCommInitRank(&c, mpi.size(), id, mpi.rank());
   if (r != ncclSuccess)

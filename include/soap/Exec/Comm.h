@@ -54,8 +54,12 @@ public:
   virtual void abort(int code);
 };
 
+/// Whether a launcher (mpirun, srun, Hydra) started this process as an MPI
+/// rank: it set the rank variables of one of them.
+bool launchedByMpi();
 /// The communicator of this process: MPI when soap-run was built with it
-/// (launched by mpirun or not), else a single rank. Initialises MPI.
+/// and a launcher started it, else a single rank without MPI (nothing of
+/// MPI's run time is needed to run one rank). Initialises MPI.
 std::unique_ptr<Comm> createComm(int &argc, char **&argv);
 /// An NCCL communicator over the ranks of `mpi` (which bootstraps it), on
 /// the GPU numbered rank % device count; errors when NCCL or a GPU is

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (device tool, carry [".gpu"]): unpacks the bundle
+# On the lent GPU machine (device tool, carry [".gpu", "bench/results/fidelity"],
+# the plans made here by bench/fidelity.sh plans): unpacks the bundle
 # bench/fidelity-bundle.sh made, finds the machine's CUDA, cuBLAS, cuDNN and
 # NCCL, and runs the given stages, each under its own time limit:
 #   tests        the GPU tool tests (lit: exec/cuda.test, profile/gpu.test,

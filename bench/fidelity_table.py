@@ -9,6 +9,9 @@ import statistics
 import sys
 
 
+NOISE = 0.05
+
+
 def rel(predicted, measured):
     return abs(predicted - measured) / measured
 
@@ -37,6 +40,24 @@ def main(folder, out_path):
         row = {"model": os.path.basename(path)[: -len("-8dev.json")],
                "plans": len(r["plans"])}
         row.update(r["task_error"])
+        # Plans whose predictions are within NOISE of each other are a tie
+        # the replay cannot order: the same tasks replayed twice differ by
+        # up to 6% on the busiest device (resnet101's data, expert, kcuts
+        # and mcmc plans: one prediction, 153.7 to 173.9 ms measured). The
+        # pairs the prediction separates by more must come out alike.
+        for m, key in (("profiled", "busiest_predicted_s"),
+                       ("analytic", "busiest_analytic_s")):
+            ps = [(p[key], p["busiest_measured_s"]) for p in r["plans"]
+                  if key in p and "busiest_measured_s" in p]
+            agree = pairs = 0
+            for i in range(len(ps)):
+                for j in range(i + 1, len(ps)):
+                    (a, ma), (b, mb) = ps[i], ps[j]
+                    if abs(a - b) <= NOISE * min(a, b):
+                        continue
+                    pairs += 1
+                    agree += (a < b) == (ma < mb)
+            row[m + "_order_separated"] = "%d/%d" % (agree, pairs)
         for m in ("profiled", "analytic"):
             if "plan_order" in r:
                 o = r["plan_order"][m]
@@ -64,14 +85,18 @@ def main(folder, out_path):
     print("8 devices, 5 plans per model: every device's compute tasks replayed")
     print()
     print("| model | tasks | profiled median | worst | analytic median | worst "
-          "| order (profiled) | order (analytic) |")
-    print("|---|---:|---:|---:|---:|---:|---|---|")
+          "| order (profiled) | separated by >%d%% | order (analytic) "
+          "| separated by >%d%% |" % (100 * NOISE, 100 * NOISE))
+    print("|---|---:|---:|---:|---:|---:|---|---|---|---|")
     for r in multi:
-        print("| %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %s | %s |" % (
-            r["model"], r["tasks"], 100 * r["profiled_median"],
-            100 * r["profiled_worst"], 100 * r["analytic_median"],
-            100 * r["analytic_worst"], r.get("profiled_order", "-"),
-            r.get("analytic_order", "-")))
+        print("| %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %s | %s | %s "
+              "| %s |" % (
+                  r["model"], r["tasks"], 100 * r["profiled_median"],
+                  100 * r["profiled_worst"], 100 * r["analytic_median"],
+                  100 * r["analytic_worst"], r.get("profiled_order", "-"),
+                  r["profiled_order_separated"],
+                  r.get("analytic_order", "-"),
+                  r["analytic_order_separated"]))
     with open(out_path, "w") as f:
         json.dump({"single_gpu": single, "single_gpu_summary": summary,
                    "multi_device": multi}, f, indent=1, sort_keys=True)

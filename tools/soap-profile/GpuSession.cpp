@@ -6,6 +6,7 @@
 #include "MeasurePlan.h"
 #include "soap/Cost/CostModel.h"
 #include "llvm/ADT/StringRef.h"
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -233,11 +234,19 @@ GpuSession::environment(const std::string &catalogName) const {
   // CUDA version the driver supports.
   std::ifstream proc("/proc/driver/nvidia/version");
   std::string line;
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.54.03  ..." or
+  // "... UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...":
+  // the first word after "Kernel Module" that is a dotted number.
   if (proc && std::getline(proc, line)) {
     size_t at = line.find("Kernel Module");
     if (at != std::string::npos) {
       std::istringstream is(line.substr(at + 13));
-      is >> env.driver;
+      for (std::string w; is >> w;)
+        if (std::isdigit(static_cast<unsigned char>(w[0])) &&
+            w.find('.') != std::string::npos) {
+          env.driver = w;
+          break;
+        }
     }
   }
   if (env.driver.empty() && cudaDriverGetVersion(&v) == cudaSuccess)

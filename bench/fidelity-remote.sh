@@ -82,7 +82,8 @@ for arg in "$@"; do
   tail -n 25 "$logs/$stage.log"
 done
 if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/gpu-results.tgz" profiles/*.json bench/results/fidelity \
+  # Not the weight dumps a stage stopped by its limit leaves (GBs).
+  tar czf "$OUT/gpu-results.tgz" --exclude="w-*" profiles/*.json bench/results/fidelity \
     $(ls bench/results/fidelity.json 2>/dev/null) -C "$root" logs 2>/dev/null
   ls -l "$OUT"
 fi

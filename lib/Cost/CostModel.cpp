@@ -6,6 +6,7 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Statistics.h"
 #include <algorithm>
+#include <cmath>
 
 namespace soap {
 
@@ -172,21 +173,72 @@ void CostModel::fit() {
       double busy = times[p] - device_.launchOverhead;
       if (busy <= 0 || (e.flops[p] <= 0 && e.bytes[p] <= 0))
         continue;
-      if (e.flops[p] / peak >= e.bytes[p] / bw)
-        compute[kind].push_back(std::min(1.0, e.flops[p] / (peak * busy)));
-      else {
+      if (e.flops[p] / peak >= e.bytes[p] / bw) {
+        double f = std::min(1.0, e.flops[p] / (peak * busy));
+        compute[kind].push_back(f);
+        computeBySize_[kind].push_back({e.flops[p], f});
+      } else {
         double f = std::min(1.0, e.bytes[p] / (bw * busy));
         memory.push_back(f);
         memoryOf[kind].push_back(f);
+        memoryBySize_[kind].push_back({e.bytes[p], f});
       }
     }
   }
+  for (auto *bySize : {&computeBySize_, &memoryBySize_})
+    for (auto &[kind, samples] : *bySize)
+      std::sort(samples.begin(), samples.end());
   for (auto &[kind, samples] : compute)
     fitted_[kind] = {median(samples), static_cast<int>(samples.size())};
   for (auto &[kind, samples] : memoryOf)
     memFitted_[kind] = median(samples);
   if (!memory.empty())
     memEff_ = median(memory);
+}
+
+/// The median efficiency of the (at most) kSizeNeighbours samples nearest
+/// to `size` on a log scale; `samples` sorted by size, not empty.
+static double nearestBySize(const std::vector<std::pair<double, double>> &samples,
+                            double size) {
+  constexpr size_t kSizeNeighbours = 5;
+  size_t n = samples.size(), k = std::min(kSizeNeighbours, n);
+  // The window of k consecutive samples (sorted by size) nearest in log
+  // size: slide from the first whose size is at least `size`.
+  size_t hi = size_t(std::lower_bound(samples.begin(), samples.end(),
+                                      std::make_pair(size, 0.0)) -
+                     samples.begin());
+  size_t lo = hi;
+  double ls = std::log(std::max(size, 1.0));
+  auto dist = [&](size_t i) {
+    return std::abs(std::log(std::max(samples[i].first, 1.0)) - ls);
+  };
+  while (hi - lo < k) {
+    if (lo == 0)
+      ++hi;
+    else if (hi == n || dist(lo - 1) <= dist(hi))
+      --lo;
+    else
+      ++hi;
+  }
+  std::vector<double> eff;
+  for (size_t i = lo; i < hi; ++i)
+    eff.push_back(samples[i].second);
+  return median(eff);
+}
+
+double CostModel::computeEfficiency(llvm::StringRef kind, DType t,
+                                    double flops) const {
+  auto it = computeBySize_.find(kind.str());
+  if (flops > 0 && it != computeBySize_.end())
+    return nearestBySize(it->second, flops);
+  return computeEfficiency(kind, t);
+}
+
+double CostModel::memoryEfficiency(llvm::StringRef kind, double bytes) const {
+  auto it = memoryBySize_.find(kind.str());
+  if (bytes > 0 && it != memoryBySize_.end())
+    return nearestBySize(it->second, bytes);
+  return memoryEfficiency(kind);
 }
 
 double CostModel::memoryEfficiency(llvm::StringRef kind) const {
@@ -230,8 +282,6 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   std::vector<DType> inT, outT;
   operandTypes(g, op, inT, outT);
   DType dt = opDType(g, op);
-  double peak = peakFlops(dt) * computeEfficiency(op.kind, dt);
-  double bw = memoryBandwidth() * memoryEfficiency(op.kind);
   Seconds t[3];
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);
@@ -239,6 +289,11 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
     double bytes = static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
     if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
       flops = bytes = 0;
+    // The efficiency of measured kernels of this kind and about this size:
+    // a kind's small tiles (launch- and tail-bound) say little about its
+    // large ones (a vocabulary-sized GEMM).
+    double peak = peakFlops(dt) * computeEfficiency(op.kind, dt, flops);
+    double bw = memoryBandwidth() * memoryEfficiency(op.kind, bytes);
     t[p] = flops <= 0 && bytes <= 0
                ? 0
                : std::max(flops / peak, bytes / bw) + device_.launchOverhead;

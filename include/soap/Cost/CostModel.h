@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 #include <optional>
+#include <vector>
 
 namespace soap {
 
@@ -111,6 +112,12 @@ public:
   /// operands at a tenth of the copy rate, such as a CPU's pooling loop,
   /// is not priced at the median of every kind), else memoryEfficiency().
   double memoryEfficiency(llvm::StringRef kind) const;
+  /// The efficiencies the roofline prices a kernel of `flops` (`bytes`) at:
+  /// the median over the (up to 5) measured entries of `kind` nearest in
+  /// size on a log scale, where the profile has entries of that kind; else
+  /// the kind's fraction above.
+  double computeEfficiency(llvm::StringRef kind, DType t, double flops) const;
+  double memoryEfficiency(llvm::StringRef kind, double bytes) const;
   /// Peak FLOP/s for a dtype on this device (measured GEMM rate when the
   /// profile has it).
   double peakFlops(DType t) const;
@@ -127,6 +134,9 @@ private:
   double memEff_;
   std::map<std::string, std::pair<double, int>> fitted_; // kind -> (eff, n)
   std::map<std::string, double> memFitted_; // kind -> bandwidth fraction
+  /// kind -> (FLOPs or bytes, efficiency) of each measured pass, by size.
+  std::map<std::string, std::vector<std::pair<double, double>>>
+      computeBySize_, memoryBySize_;
   mutable std::atomic<uint64_t> hits_{0}, misses_{0};
 };
 

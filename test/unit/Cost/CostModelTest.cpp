@@ -160,6 +160,36 @@ TEST_CASE("the roofline is fitted to measurements of the same kind",
   CHECK(cm.computeEfficiency("Conv") == Approx(0.6));
 }
 
+TEST_CASE("the roofline prices a tile at the efficiency of measured tiles "
+          "of about its size", "[Cost]") {
+  // GEMMs that reach 10% of peak at 1e8 FLOPs (launch- and tail-bound) and
+  // 80% at 1e12: a 1e12-FLOP tile the profile lacks is priced at 80%, not
+  // at the kind's median over every size (10% here: 6 small, 5 large).
+  const DeviceSpec &d = h100();
+  CostDatabase db;
+  db.env.device = d.name.str();
+  auto add = [&](int i, double flops, double frac) {
+    KernelEntry e;
+    e.flops[0] = flops;
+    e.bytes[0] = 1;
+    e.forward = flops / (frac * d.fp32FlopsPerSec) + d.launchOverhead;
+    db.add("MatMul|f32|in=" + std::to_string(i) + "|out=1", e);
+  };
+  for (int i = 0; i < 6; ++i)
+    add(i, 1e8 * (1 + 0.1 * i), 0.1);
+  for (int i = 0; i < 5; ++i)
+    add(10 + i, 1e12 * (1 + 0.1 * i), 0.8);
+  CostModel cm(d, &db, CostMode::Profile);
+  CHECK(cm.computeEfficiency("MatMul") == Approx(0.1));
+  CHECK(cm.computeEfficiency("MatMul", DType::F32, 1.2e12) == Approx(0.8));
+  CHECK(cm.computeEfficiency("MatMul", DType::F32, 5e13) == Approx(0.8));
+  CHECK(cm.computeEfficiency("MatMul", DType::F32, 1.1e8) == Approx(0.1));
+  CHECK(cm.computeEfficiency("MatMul", DType::F32, 1e4) == Approx(0.1));
+  // A kind without measurements keeps the kind-level fraction.
+  CHECK(cm.computeEfficiency("Conv", DType::F32, 1e12) ==
+        Approx(cm.computeEfficiency("Conv")));
+}
+
 TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",
           "[Cost]") {
   // A device whose Relu streams at 80% of its bandwidth and whose MaxPool

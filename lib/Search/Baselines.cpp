@@ -6,16 +6,65 @@
 #include "soap/Parallel/Megatron.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <spdlog/spdlog.h>
 
 namespace soap {
+
+namespace {
+
+/// Bytes of `op`'s input `i` (under `c`) that its tasks need from other
+/// devices, given the producer's configuration: each task's input region
+/// less what the producer's tiles on the task's device already hold.
+double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
+                        const Strategy &chosen) {
+  ValueId v = op.inputs[size_t(i)];
+  if (v == kNoValue || g.value(v).producer < 0)
+    return 0;
+  const Op &q = g.op(g.value(v).producer);
+  if (size_t(q.id) >= chosen.configs.size())
+    return 0;
+  const OpConfig &pc = chosen.configs[size_t(q.id)];
+  int j = 0;
+  while (q.outputs[size_t(j)] != v)
+    ++j;
+  std::vector<std::pair<Box, std::vector<DeviceId>>> held;
+  for (int64_t t = 0; t < pc.numTiles(); ++t) {
+    std::vector<DeviceId> on;
+    for (int32_t r = 0; r < pc.replicas; ++r)
+      on.push_back(pc.device(t, r));
+    held.push_back({q.sem.outputRegion(j, pc.tile(q.sem, t)), std::move(on)});
+  }
+  double remote = 0;
+  for (int64_t k = 0; k < c.numTiles(); ++k) {
+    Box need = op.sem.inputRegion(i, c.tile(op.sem, k));
+    for (int32_t r = 0; r < c.replicas; ++r) {
+      DeviceId d = c.device(k, r);
+      int64_t local = 0;
+      for (const auto &[box, on] : held)
+        if (std::find(on.begin(), on.end(), d) != on.end())
+          local += need.intersect(box).volume();
+      remote += double(need.volume() - std::min(local, need.volume()));
+    }
+  }
+  return remote * double(dtypeBytes(g.value(v).dtype));
+}
+
+} // namespace
 
 llvm::Expected<std::optional<Strategy>>
 balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
                  const SearchOptions *o) {
   Strategy s;
   int64_t n = static_cast<int64_t>(p.topo.numDevices());
+  double slowest = std::numeric_limits<double>::infinity();
+  for (DeviceId d = 1; d < DeviceId(n); ++d)
+    slowest = std::min(slowest, p.topo.pathBandwidth(0, d));
+  if (!std::isfinite(slowest))
+    slowest = 1e12; // one device: nothing moves
   for (const Op &op : p.graph.ops()) {
     if (o && o->pastDeadline())
       return std::optional<Strategy>();
@@ -35,7 +84,15 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
       auto cc = configCost(p, op, c);
       if (!cc)
         return cc.takeError();
-      Seconds score = cc->busiest() + cc->tail;
+      // Plus moving its inputs from where their producers left them
+      // (forward, and their gradients back), spread over its devices' links
+      // at the cluster's slowest path: splits chosen op by op that ignore
+      // this reshuffle whole activations between every pair of ops.
+      double remote = 0;
+      for (size_t i = 0; i < op.inputs.size(); ++i)
+        remote += remoteInputBytes(p.graph, op, int(i), c, s);
+      Seconds score = cc->busiest() + cc->tail +
+                      2 * remote / (double(most) * slowest);
       if (!best || score < bestScore) {
         best = std::move(c);
         bestScore = score;

@@ -44,8 +44,12 @@ double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
     for (int32_t r = 0; r < c.replicas; ++r) {
       DeviceId d = c.device(k, r);
       int64_t local = 0;
+      // (A region of another rank, as a Stack's inputs, which its
+      // semantics describe with the stacking axis: none of it is counted
+      // as local, an overestimate.)
       for (const auto &[box, on] : held)
-        if (std::find(on.begin(), on.end(), d) != on.end())
+        if (box.rank() == need.rank() &&
+            std::find(on.begin(), on.end(), d) != on.end())
           local += need.intersect(box).volume();
       remote += double(need.volume() - std::min(local, need.volume()));
     }

@@ -223,6 +223,43 @@ Box OpSemantics::outputRegion(int j, const Box &tile) const {
   return mapRegion(outputs[j], tile);
 }
 
+/// Converts a box in a view of a tensor (an exact re-factoring of its dims,
+/// e.g. Stack's [1, S...] of an [S...] input) to the tensor's coordinates.
+/// Within each group of view dims that multiply to a tensor dim, only the
+/// group's leading dim may be partial (the semantics' granules ensure it).
+static Box viewToTensor(const Box &b, const std::vector<int64_t> &view,
+                 const std::vector<int64_t> &tensor) {
+  Box r;
+  size_t v = 0;
+  for (size_t t = 0; t < tensor.size(); ++t) {
+    size_t first = v;
+    int64_t prod = 1;
+    while (v < view.size() && prod < tensor[t])
+      prod *= view[v++];
+    if (tensor[t] == 1 && v < view.size() && view[v] == 1)
+      ++v;
+    int64_t lo = 0, hi = 0, stride = 1;
+    bool empty = false;
+    for (size_t k = v; k-- > first;) {
+      lo += b.lo[k] * stride;
+      hi += (b.hi[k] - 1) * stride;
+      stride *= view[k];
+      empty |= b.lo[k] >= b.hi[k];
+    }
+    r.lo.push_back(empty ? 0 : lo);
+    r.hi.push_back(empty ? 0 : hi + 1);
+  }
+  return r;
+}
+
+Box OpSemantics::inputRegionInTensor(
+    int i, const Box &tile, const std::vector<int64_t> &tensorShape) const {
+  Box r = inputRegion(i, tile);
+  if (inputs[size_t(i)].isView)
+    return viewToTensor(r, inputs[size_t(i)].shape, tensorShape);
+  return r;
+}
+
 int64_t OpSemantics::exchangeElements(int l, const Box &tile) const {
   int64_t n = loops[size_t(l)].size;
   for (size_t m = 0; m < loops.size(); ++m)

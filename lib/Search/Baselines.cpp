@@ -42,17 +42,14 @@ double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
   }
   double remote = 0;
   for (int64_t k = 0; k < c.numTiles(); ++k) {
-    Box need = op.sem.inputRegion(i, c.tile(op.sem, k));
+    Box need = op.sem.inputRegionInTensor(i, c.tile(op.sem, k),
+                                          g.value(v).shape.dims);
     for (int32_t r = 0; r < c.replicas; ++r) {
       int64_t local = 0;
       auto it = held.find(c.device(k, r));
-      // (A region of another rank, as a Stack's inputs, which its
-      // semantics describe with the stacking axis: none of it is counted
-      // as local, an overestimate.)
       if (it != held.end())
         for (const Box &box : it->second)
-          if (box.rank() == need.rank())
-            local += need.intersect(box).volume();
+          local += need.intersect(box).volume();
       remote += double(need.volume() - std::min(local, need.volume()));
     }
   }

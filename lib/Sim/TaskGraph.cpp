@@ -18,43 +18,6 @@ llvm::StringRef taskKindName(TaskKind k) {
 
 namespace detail {
 
-/// Converts a box in a view of a tensor (an exact re-factoring of its dims,
-/// e.g. Stack's [1, S...] of an [S...] input) to the tensor's coordinates.
-/// Within each group of view dims that multiply to a tensor dim, only the
-/// group's leading dim may be partial (the semantics' granules ensure it).
-Box viewToTensor(const Box &b, const std::vector<int64_t> &view,
-                 const std::vector<int64_t> &tensor) {
-  Box r;
-  size_t v = 0;
-  for (size_t t = 0; t < tensor.size(); ++t) {
-    size_t first = v;
-    int64_t prod = 1;
-    while (v < view.size() && prod < tensor[t])
-      prod *= view[v++];
-    if (tensor[t] == 1 && v < view.size() && view[v] == 1)
-      ++v;
-    int64_t lo = 0, hi = 0, stride = 1;
-    bool empty = false;
-    for (size_t k = v; k-- > first;) {
-      lo += b.lo[k] * stride;
-      hi += (b.hi[k] - 1) * stride;
-      stride *= view[k];
-      empty |= b.lo[k] >= b.hi[k];
-    }
-    r.lo.push_back(empty ? 0 : lo);
-    r.hi.push_back(empty ? 0 : hi + 1);
-  }
-  return r;
-}
-
-Box regionIn(const OpSemantics &sem, int input, const Box &tile,
-             const std::vector<int64_t> &tensorShape) {
-  Box r = sem.inputRegion(input, tile);
-  if (sem.inputs[input].isView)
-    return viewToTensor(r, sem.inputs[input].shape, tensorShape);
-  return r;
-}
-
 TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c) {
   TaskKey k;
   k.kind = static_cast<uint8_t>(kind);
@@ -920,9 +883,8 @@ std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
         alike = alike && uc.numTiles() == pc.numTiles() &&
                 uc.replicas == pc.replicas;
         for (int64_t k = 0; k < uc.numTiles(); ++k) {
-          srcs.push_back(regionIn(uo.sem, int(i),
-                                  microBatchTile(uc, uo.sem, k, 0, m),
-                                  val.shape.dims));
+          srcs.push_back(uo.sem.inputRegionInTensor(
+              int(i), microBatchTile(uc, uo.sem, k, 0, m), val.shape.dims));
           srcOf.emplace_back(&uc, k);
           if (alike) {
             alike = srcs.back() == outs[size_t(k)];

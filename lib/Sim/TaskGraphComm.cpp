@@ -207,8 +207,8 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
       pbox[t] =
           p.sem.outputRegion(ed.output, microBatchTile(pc, p.sem, t, mb, m));
     for (int64_t t = 0; t < ctiles; ++t)
-      cbox[t] = regionIn(c.sem, ed.input, microBatchTile(cc, c.sem, t, mb, m),
-                         v.shape.dims);
+      cbox[t] = c.sem.inputRegionInTensor(
+          ed.input, microBatchTile(cc, c.sem, t, mb, m), v.shape.dims);
     // Producer tiles writing the same region (partial sums) are one
     // source; send from the copy on the receiving device when there is one.
     std::map<std::vector<int64_t>, std::vector<int64_t>> sources;

@@ -10,16 +10,6 @@
 
 namespace soap::detail {
 
-/// Converts a box in a view of a tensor (an exact re-factoring of its dims)
-/// to the tensor's coordinates.
-Box viewToTensor(const Box &b, const std::vector<int64_t> &view,
-                 const std::vector<int64_t> &tensor);
-
-/// The region of input `input` that `tile` reads, in the tensor's own
-/// coordinates.
-Box regionIn(const OpSemantics &sem, int input, const Box &tile,
-             const std::vector<int64_t> &tensorShape);
-
 TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c);
 
 /// Groups the tiles of `c` that agree on every loop except those in `free`

@@ -140,6 +140,11 @@ struct OpSemantics {
   /// included, clamped to the tensor; empty for an absent operand.
   Box inputRegion(int i, const Box &tile) const;
   Box outputRegion(int j, const Box &tile) const;
+  /// inputRegion in the tensor's own coordinates (`tensorShape`), where the
+  /// op addresses input `i` through a view of it (TensorMap::isView):
+  /// what a producer's outputRegion of the same tensor is comparable with.
+  Box inputRegionInTensor(int i, const Box &tile,
+                          const std::vector<int64_t> &tensorShape) const;
   /// Loops that do not index output `j`: splitting one makes the output a
   /// partial sum (a Reduction dim, or a loss's sample dim).
   std::vector<int> reducedLoops(int j) const;

@@ -6,6 +6,7 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Statistics.h"
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace soap {
@@ -159,7 +160,6 @@ double CostModel::memoryBandwidth() const {
 void CostModel::fit() {
   if (!db_)
     return;
-  std::map<std::string, std::vector<double>> compute, memoryOf;
   std::vector<double> memory;
   double bw = memoryBandwidth();
   for (const auto &[sig, e] : db_->kernels()) {
@@ -174,43 +174,53 @@ void CostModel::fit() {
       if (busy <= 0 || (e.flops[p] <= 0 && e.bytes[p] <= 0))
         continue;
       if (e.flops[p] / peak >= e.bytes[p] / bw) {
-        double f = std::min(1.0, e.flops[p] / (peak * busy));
-        compute[kind].push_back(f);
-        computeBySize_[kind].push_back({e.flops[p], f});
+        computeBySize_[kind].push_back(
+            {e.flops[p], std::min(1.0, e.flops[p] / (peak * busy))});
       } else {
         double f = std::min(1.0, e.bytes[p] / (bw * busy));
         memory.push_back(f);
-        memoryOf[kind].push_back(f);
         memoryBySize_[kind].push_back({e.bytes[p], f});
       }
     }
   }
-  for (auto *bySize : {&computeBySize_, &memoryBySize_})
-    for (auto &[kind, samples] : *bySize)
-      std::sort(samples.begin(), samples.end());
-  for (auto &[kind, samples] : compute)
-    fitted_[kind] = {median(samples), static_cast<int>(samples.size())};
-  for (auto &[kind, samples] : memoryOf)
-    memFitted_[kind] = median(samples);
+  auto efficiencies = [](const SizedSamples &samples) {
+    std::vector<double> f;
+    for (const auto &sample : samples)
+      f.push_back(sample.second);
+    return f;
+  };
+  for (auto &[kind, samples] : computeBySize_) {
+    std::sort(samples.begin(), samples.end());
+    fitted_[kind] = {median(efficiencies(samples)),
+                     static_cast<int>(samples.size())};
+  }
+  for (auto &[kind, samples] : memoryBySize_) {
+    std::sort(samples.begin(), samples.end());
+    memFitted_[kind] = median(efficiencies(samples));
+  }
   if (!memory.empty())
     memEff_ = median(memory);
 }
 
 /// The median efficiency of the (at most) kSizeNeighbours samples nearest
-/// to `size` on a log scale; `samples` sorted by size, not empty.
-static double nearestBySize(const std::vector<std::pair<double, double>> &samples,
-                            double size) {
+/// to `size` on a log scale, from `samples` sorted by size; `fallback`
+/// where there are none or the size is 0.
+static double nearestBySize(const SizedSamples *samples, double size,
+                            double fallback) {
+  if (!samples || size <= 0)
+    return fallback;
   constexpr size_t kSizeNeighbours = 5;
-  size_t n = samples.size(), k = std::min(kSizeNeighbours, n);
-  // The window of k consecutive samples (sorted by size) nearest in log
-  // size: slide from the first whose size is at least `size`.
-  size_t hi = size_t(std::lower_bound(samples.begin(), samples.end(),
+  const SizedSamples &s = *samples;
+  size_t n = s.size(), k = std::min(kSizeNeighbours, n);
+  // The window of k consecutive samples nearest in log size, grown from
+  // the first whose size is at least `size`.
+  size_t hi = size_t(std::lower_bound(s.begin(), s.end(),
                                       std::make_pair(size, 0.0)) -
-                     samples.begin());
+                     s.begin());
   size_t lo = hi;
   double ls = std::log(std::max(size, 1.0));
   auto dist = [&](size_t i) {
-    return std::abs(std::log(std::max(samples[i].first, 1.0)) - ls);
+    return std::abs(std::log(std::max(s[i].first, 1.0)) - ls);
   };
   while (hi - lo < k) {
     if (lo == 0)
@@ -220,25 +230,34 @@ static double nearestBySize(const std::vector<std::pair<double, double>> &sample
     else
       ++hi;
   }
-  std::vector<double> eff;
-  for (size_t i = lo; i < hi; ++i)
-    eff.push_back(samples[i].second);
-  return median(eff);
+  // Their median, sorted in place (at most kSizeNeighbours values).
+  std::array<double, kSizeNeighbours> f{};
+  for (size_t i = 0; i < k; ++i) {
+    size_t j = i;
+    for (double x = s[lo + i].second; j > 0 && f[j - 1] > x; --j)
+      f[j] = f[j - 1];
+    f[j] = s[lo + i].second;
+  }
+  return k % 2 ? f[k / 2] : (f[k / 2 - 1] + f[k / 2]) / 2;
+}
+
+/// The samples of `kind` in `bySize`, or null.
+static const SizedSamples *
+samplesOf(const std::map<std::string, SizedSamples> &bySize,
+          llvm::StringRef kind) {
+  auto it = bySize.find(kind.str());
+  return it == bySize.end() ? nullptr : &it->second;
 }
 
 double CostModel::computeEfficiency(llvm::StringRef kind, DType t,
                                     double flops) const {
-  auto it = computeBySize_.find(kind.str());
-  if (flops > 0 && it != computeBySize_.end())
-    return nearestBySize(it->second, flops);
-  return computeEfficiency(kind, t);
+  return nearestBySize(samplesOf(computeBySize_, kind), flops,
+                       computeEfficiency(kind, t));
 }
 
 double CostModel::memoryEfficiency(llvm::StringRef kind, double bytes) const {
-  auto it = memoryBySize_.find(kind.str());
-  if (bytes > 0 && it != memoryBySize_.end())
-    return nearestBySize(it->second, bytes);
-  return memoryEfficiency(kind);
+  return nearestBySize(samplesOf(memoryBySize_, kind), bytes,
+                       memoryEfficiency(kind));
 }
 
 double CostModel::memoryEfficiency(llvm::StringRef kind) const {
@@ -282,6 +301,13 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   std::vector<DType> inT, outT;
   operandTypes(g, op, inT, outT);
   DType dt = opDType(g, op);
+  // The efficiency of measured kernels of this kind and about each pass's
+  // size: a kind's small tiles (launch- and tail-bound) say little about
+  // its large ones (a vocabulary-sized GEMM).
+  const SizedSamples *computed = samplesOf(computeBySize_, op.kind),
+                     *streamed = samplesOf(memoryBySize_, op.kind);
+  double computeEff = computeEfficiency(op.kind, dt),
+         memoryEff = memoryEfficiency(op.kind);
   Seconds t[3];
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);
@@ -289,11 +315,9 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
     double bytes = static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
     if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
       flops = bytes = 0;
-    // The efficiency of measured kernels of this kind and about this size:
-    // a kind's small tiles (launch- and tail-bound) say little about its
-    // large ones (a vocabulary-sized GEMM).
-    double peak = peakFlops(dt) * computeEfficiency(op.kind, dt, flops);
-    double bw = memoryBandwidth() * memoryEfficiency(op.kind, bytes);
+    double peak =
+        peakFlops(dt) * nearestBySize(computed, flops, computeEff);
+    double bw = memoryBandwidth() * nearestBySize(streamed, bytes, memoryEff);
     t[p] = flops <= 0 && bytes <= 0
                ? 0
                : std::max(flops / peak, bytes / bw) + device_.launchOverhead;

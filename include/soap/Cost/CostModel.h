@@ -77,6 +77,9 @@ struct TileMemory {
 void setTileWork(KernelEntry &e, const Graph &g, const Op &op,
                  const Box &tile);
 
+/// (FLOPs or bytes, efficiency) of measured kernel passes, ascending.
+using SizedSamples = std::vector<std::pair<double, double>>;
+
 class CostModel {
 public:
   /// `db` may be null (analytic only). With CostMode::Strict it is required.
@@ -134,9 +137,9 @@ private:
   double memEff_;
   std::map<std::string, std::pair<double, int>> fitted_; // kind -> (eff, n)
   std::map<std::string, double> memFitted_; // kind -> bandwidth fraction
-  /// kind -> (FLOPs or bytes, efficiency) of each measured pass, by size.
-  std::map<std::string, std::vector<std::pair<double, double>>>
-      computeBySize_, memoryBySize_;
+  /// kind -> (FLOPs or bytes, efficiency) of each measured pass, by size;
+  /// fitted_ and memFitted_ are their medians.
+  std::map<std::string, SizedSamples> computeBySize_, memoryBySize_;
   mutable std::atomic<uint64_t> hits_{0}, misses_{0};
 };
 

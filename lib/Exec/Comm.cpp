@@ -27,15 +27,18 @@ void Comm::abort(int code) {
 #endif
 }
 
-bool launchedByMpi() {
-  // Open MPI's mpirun, PMIx launchers (Open MPI 5, Slurm) and Hydra/PMI-1
-  // (MPICH, Intel MPI) each set one of these in every rank.
+#ifdef SOAP_HAVE_MPI
+/// Whether a launcher started this process as an MPI rank: Open MPI's
+/// mpirun, PMIx launchers (Open MPI 5, Slurm) and Hydra/PMI-1 (MPICH, Intel
+/// MPI) each set one of these in every rank.
+static bool launchedByMpi() {
   for (const char *v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                         "PMI_SIZE"})
     if (std::getenv(v))
       return true;
   return false;
 }
+#endif
 
 namespace {
 

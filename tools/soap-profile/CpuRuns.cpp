@@ -75,8 +75,7 @@ void fitPointToPoint(const CollectiveCurve &curve, CpuMeasureSummary &sum) {
   double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
   const auto &hi = curve.points.back();
   sum.p2pLatencySeconds = tmin;
-  sum.p2pBytesPerSec =
-      slope > 0 ? 1 / slope : hi.second;
+  sum.p2pBytesPerSec = slope > 0 ? 1 / slope : hi.second;
 }
 
 /// The collective curves of MPI among ranks 0..n-1 of one host, algorithm

@@ -54,9 +54,6 @@ public:
   virtual void abort(int code);
 };
 
-/// Whether a launcher (mpirun, srun, Hydra) started this process as an MPI
-/// rank: it set the rank variables of one of them.
-bool launchedByMpi();
 /// The communicator of this process: MPI when soap-run was built with it
 /// and a launcher started it, else a single rank without MPI (nothing of
 /// MPI's run time is needed to run one rank). Initialises MPI.

@@ -106,12 +106,20 @@ struct GpuSession::Impl {
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   DevBuf workspace; ///< shared cuDNN workspace; grows in prepare only
   DevBuf l2;        ///< written to evict the L2 cache
+  /// Mapped pinned memory for gpu::hold: [0] the release flag, [1] set when
+  /// the hold timed out. `held` is false once a hold has timed out (the
+  /// host took too long to enqueue a run): later runs are timed without.
+  volatile int *gate = nullptr;
+  volatile int *deviceGate = nullptr;
+  bool held = true;
   std::string name;
   uint64_t seed = 1;
   bool tf32 = false;
   bool findAlgorithms = false;
 
   ~Impl() {
+    if (gate)
+      cudaFreeHost(const_cast<int *>(gate));
     if (e0)
       cudaEventDestroy(e0);
     if (e1)

@@ -83,6 +83,7 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
   const Pass fwd[] = {Pass::Forward};
   const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
   for (ReplayPlan &p : plans) {
+    p.sequence.assign(p.devices, -1);
     // One device at a time, its tasks in simulated order.
     size_t i = 0;
     while (i < p.tasks.size()) {
@@ -133,6 +134,27 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
           }
         for (size_t k = i; k < end; ++k)
           p.tasks[k].measured = median(times[k - i]);
+        // Then the whole sequence back to back, as an executor would issue
+        // it: the GPU's time plus the gaps where it waits for the host.
+        std::vector<double> whole;
+        for (int r = 0; r < repeats; ++r) {
+          auto t = s.timeSequence([&]() -> llvm::Error {
+            for (size_t k = i; k < end; ++k) {
+              ReplayTask &rt = p.tasks[k];
+              TileBench &b = *benches[rt.signature];
+              for (Pass pass : rt.backward ? llvm::ArrayRef<Pass>(bwd)
+                                           : llvm::ArrayRef<Pass>(fwd))
+                if (b.has(pass))
+                  if (auto err = b.run(pass))
+                    return err;
+            }
+            return llvm::Error::success();
+          });
+          if (!t)
+            return t.takeError();
+          whole.push_back(*t);
+        }
+        p.sequence[p.tasks[i].device] = median(whole);
       } else {
         for (size_t k = i; k < end; ++k) {
           ReplayTask &rt = p.tasks[k];

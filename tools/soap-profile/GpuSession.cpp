@@ -5,7 +5,10 @@
 #include "GpuCommon.h"
 #include "MeasurePlan.h"
 #include "soap/Cost/CostModel.h"
+#include "soap/Support/Format.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/raw_ostream.h"
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -204,6 +207,14 @@ GpuSession::open(int ordinal, const MeasureOptions &opts) {
   SOAP_CUDA(cudaStreamCreateWithFlags(&im.stream, cudaStreamNonBlocking));
   SOAP_CUDA(cudaEventCreate(&im.e0));
   SOAP_CUDA(cudaEventCreate(&im.e1));
+  {
+    void *gate = nullptr, *deviceGate = nullptr;
+    SOAP_CUDA(cudaHostAlloc(&gate, 2 * sizeof(int), cudaHostAllocMapped));
+    im.gate = static_cast<volatile int *>(gate);
+    im.gate[0] = im.gate[1] = 0;
+    SOAP_CUDA(cudaHostGetDevicePointer(&deviceGate, gate, 0));
+    im.deviceGate = static_cast<volatile int *>(deviceGate);
+  }
   SOAP_BLAS(cublasCreate(&im.blas));
   SOAP_BLAS(cublasSetStream(im.blas, im.stream));
   SOAP_BLAS(cublasSetMathMode(im.blas, opts.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
@@ -290,6 +301,60 @@ GpuSession::prepare(const Graph &g, const Op &op, const Box &tile,
   return bench;
 }
 
+namespace {
+
+/// How long the host may take to enqueue one timed run behind gpu::hold:
+/// cuDNN's and cuBLAS's calls take microseconds to tens of microseconds.
+constexpr int64_t kHoldTimeoutNs = 50'000'000;
+
+/// One run of what `enqueue` queues on the session's stream, timed with
+/// events (seconds). The stream is held (gpu::hold) until the host has
+/// queued the whole run, so the time is the GPU's alone: without the hold,
+/// the first event fires on an idle GPU and the interval includes the host's
+/// time in the libraries' calls, which for kernels of a few microseconds is
+/// most of it and varies from run to run.
+template <typename Enqueue>
+llvm::Expected<Seconds> timedRun(Impl &s, Enqueue enqueue, bool hold = true) {
+  const bool held = hold && s.held;
+  if (held) {
+    s.gate[0] = 0;
+    s.gate[1] = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    gpu::hold(s.deviceGate, s.deviceGate + 1, kHoldTimeoutNs, s.stream);
+    SOAP_CUDA(cudaGetLastError());
+  }
+  auto release = [&] {
+    if (held) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      s.gate[0] = 1;
+    }
+  };
+  SOAP_CUDA(cudaEventRecord(s.e0, s.stream));
+  if (auto err = enqueue()) {
+    release();
+    cudaStreamSynchronize(s.stream);
+    return llvm::Error(std::move(err));
+  }
+  SOAP_CUDA(cudaEventRecord(s.e1, s.stream));
+  release();
+  SOAP_CUDA(cudaEventSynchronize(s.e1));
+  if (held && s.gate[1]) {
+    // The hold ran out before the host released it: the host blocks inside
+    // the run (or is that slow). Time it, and every later run, unheld.
+    llvm::errs() << fmt::format(
+        "soap-profile: enqueueing a timed run took over {} ms; timing "
+        "without holding the stream from here on\n",
+        kHoldTimeoutNs / 1'000'000);
+    s.held = false;
+    return timedRun(s, enqueue);
+  }
+  float ms = 0;
+  SOAP_CUDA(cudaEventElapsedTime(&ms, s.e0, s.e1));
+  return double(ms) * 1e-3;
+}
+
+} // namespace
+
 llvm::Expected<Seconds> GpuSession::time(TileBench &b, Pass p) {
   Impl &s = *impl_;
   if (!b.has(p))
@@ -298,36 +363,33 @@ llvm::Expected<Seconds> GpuSession::time(TileBench &b, Pass p) {
     if (auto err = b.run(p))
       return llvm::Error(std::move(err));
   SOAP_CUDA(cudaStreamSynchronize(s.stream));
-  std::vector<double> ms;
+  std::vector<double> runs;
   for (int r = 0; r < std::max(1, opts_.repeats); ++r) {
     if (opts_.flushL2) {
       SOAP_CUDA(cudaMemsetAsync(s.l2.get(), r & 0xff, s.l2.bytes(), s.stream));
     }
-    SOAP_CUDA(cudaEventRecord(s.e0, s.stream));
-    if (auto err = b.run(p))
-      return llvm::Error(std::move(err));
-    SOAP_CUDA(cudaEventRecord(s.e1, s.stream));
-    SOAP_CUDA(cudaEventSynchronize(s.e1));
-    float t = 0;
-    SOAP_CUDA(cudaEventElapsedTime(&t, s.e0, s.e1));
-    ms.push_back(t);
+    auto t = timedRun(s, [&] { return b.run(p); });
+    if (!t)
+      return t.takeError();
+    runs.push_back(*t);
   }
-  return median(ms) * 1e-3;
+  return median(runs);
 }
 
 llvm::Expected<Seconds> GpuSession::timeOnce(TileBench &b, const Pass *passes,
                                              int numPasses) {
-  Impl &s = *impl_;
-  SOAP_CUDA(cudaEventRecord(s.e0, s.stream));
-  for (int i = 0; i < numPasses; ++i)
-    if (b.has(passes[i]))
-      if (auto err = b.run(passes[i]))
-        return llvm::Error(std::move(err));
-  SOAP_CUDA(cudaEventRecord(s.e1, s.stream));
-  SOAP_CUDA(cudaEventSynchronize(s.e1));
-  float t = 0;
-  SOAP_CUDA(cudaEventElapsedTime(&t, s.e0, s.e1));
-  return double(t) * 1e-3;
+  return timedRun(*impl_, [&]() -> llvm::Error {
+    for (int i = 0; i < numPasses; ++i)
+      if (b.has(passes[i]))
+        if (auto err = b.run(passes[i]))
+          return err;
+    return llvm::Error::success();
+  });
+}
+
+llvm::Expected<Seconds>
+GpuSession::timeSequence(llvm::function_ref<llvm::Error()> enqueue) {
+  return timedRun(*impl_, enqueue, /*hold=*/false);
 }
 
 llvm::Expected<KernelEntry> GpuSession::measure(const Graph &g, const Op &op,

@@ -1,12 +1,15 @@
 // Measuring op tiles on one CUDA GPU: cuBLAS for GEMM and (batched) MatMul,
 // cuDNN for convolution, pooling and batch normalisation, soap-profile's own
 // streaming kernel for the rest; warm-up, then the median of repeats timed
-// with CUDA events. Built only with CUDA (SOAP_HAVE_CUDA).
+// with CUDA events, each run queued behind a kernel that holds the stream
+// until the host has enqueued all of it (so the time is the GPU's, not the
+// host's calls into the libraries). Built only with CUDA (SOAP_HAVE_CUDA).
 #ifndef SOAP_PROFILE_GPUSESSION_H
 #define SOAP_PROFILE_GPUSESSION_H
 
 #include "soap/Cost/CostDatabase.h"
 #include "soap/IR/Graph.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 #include <map>
 #include <memory>
@@ -64,6 +67,11 @@ public:
   /// One timed run of the given passes back to back (for replays).
   llvm::Expected<Seconds> timeOnce(TileBench &b, const Pass *passes,
                                    int numPasses);
+  /// One timed run of whatever `enqueue` queues, without holding the
+  /// stream: the GPU's time plus the gaps where it waits for the host to
+  /// enqueue (a replayed device's whole task sequence).
+  llvm::Expected<Seconds>
+  timeSequence(llvm::function_ref<llvm::Error()> enqueue);
   /// A measured cost-database entry: the three passes plus the IR's FLOP
   /// and byte counts of the tile.
   /// `method` (optional) receives how it was measured.

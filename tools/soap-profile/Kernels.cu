@@ -1,5 +1,6 @@
-// soap-profile's own CUDA kernels: random fills and the streaming
-// element-wise kernel (16-byte accesses, a grid-stride loop).
+// soap-profile's own CUDA kernels: random fills, the streaming element-wise
+// kernel (16-byte accesses, a grid-stride loop) and the kernel that holds a
+// stream while the host enqueues a timed run.
 #include "Kernels.h"
 
 #include <cuda_bf16.h>
@@ -74,7 +75,28 @@ __global__ void streamKernel(const float4 *__restrict__ src, int64_t read4,
   }
 }
 
+__device__ inline uint64_t nowNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void holdKernel(const volatile int *release, volatile int *timedOut,
+                           int64_t timeoutNs) {
+  const uint64_t start = nowNs();
+  while (*release == 0)
+    if (int64_t(nowNs() - start) > timeoutNs) {
+      *timedOut = 1;
+      return;
+    }
+}
+
 } // namespace
+
+void hold(const volatile int *release, volatile int *timedOut,
+          int64_t timeoutNs, cudaStream_t s) {
+  holdKernel<<<1, 1, 0, s>>>(release, timedOut, timeoutNs);
+}
 
 void fillF32(float *p, int64_t n, uint64_t seed, cudaStream_t s) {
   fill(p, n, seed, s);

@@ -22,6 +22,15 @@ void fillBF16(void *p, int64_t n, uint64_t seed, cudaStream_t s);
 void stream(const float *src, int64_t nRead, float *dst, int64_t nWrite,
             int fmaPerElement, int multiprocessors, cudaStream_t s);
 
+/// Holds stream `s` until the host writes a non-zero value to `*release`
+/// (mapped pinned memory), or until `timeoutNs` nanoseconds have passed, in
+/// which case it writes 1 to `*timedOut` (also mapped). A timed run queued
+/// behind it starts only once the host has enqueued all of it, so the events
+/// around the run time the GPU's work and not the host's calls into cuBLAS
+/// or cuDNN (what nvbench's blocking kernel does).
+void hold(const volatile int *release, volatile int *timedOut,
+          int64_t timeoutNs, cudaStream_t s);
+
 } // namespace gpu
 } // namespace soap
 

@@ -54,6 +54,16 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     g = std::move(u);
   }
   rp.graph = std::move(*g);
+  // The element type the plan was searched at (bf16 tiles are other
+  // kernels; readPlan checked the name) and its optimizer.
+  if (auto prec = parsePrecision(plan->inputs.precision))
+    if (auto err = rp.graph->setPrecision(*prec))
+      return llvm::Error(std::move(err));
+  std::optional<Optimizer> optimizer = parseOptimizer(plan->inputs.optimizer);
+  if (!optimizer)
+    return inputError("{}: /search/optimizer: expected sgd, momentum or "
+                      "adam, got \"{}\"",
+                      planPath, plan->inputs.optimizer);
   auto strategy = planStrategy(*plan, *rp.graph, *rp.topo, planPath);
   if (!strategy)
     return strategy.takeError();
@@ -61,7 +71,7 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
   CostModel profiled(spec, db, CostMode::Profile);
   CostModel analytic(spec, nullptr, CostMode::Analytic);
   CollectiveModel coll(*rp.topo, db ? &db->collectives : nullptr);
-  SimContext ctx{*rp.graph, *rp.topo, profiled, coll, Optimizer::Sgd};
+  SimContext ctx{*rp.graph, *rp.topo, profiled, coll, *optimizer};
   auto tg = TaskGraph::build(ctx, *strategy);
   if (!tg)
     return tg.takeError();
@@ -84,7 +94,9 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     rt.backward = t.kind == TaskKind::Backward;
     rt.op = t.op;
     rt.tile = t.tile;
-    rt.box = c.tile(op.sem, t.tile);
+    // A micro-batch's tile (what the simulator priced), not the batch's.
+    rt.box = microBatchTile(c, op.sem, t.tile, t.microBatch,
+                            strategy->pipeline.microBatches);
     rt.device = t.resources.empty() ? 0 : t.resources[0];
     rt.replica = static_cast<int32_t>(t.key.c);
     rt.signature = opSignature(*rp.graph, op, rt.box);
@@ -158,6 +170,8 @@ Json replayReport(const std::vector<ReplayPlan> &plans,
                  {"analytic_s", t.analytic[d]}};
       if (t.complete)
         dj["measured_s"] = t.measured[d];
+      if (d < p.sequence.size() && p.sequence[d] >= 0)
+        dj["sequence_s"] = p.sequence[d];
       devs.push_back(dj);
     }
     Json tasks = Json::array();
@@ -192,6 +206,10 @@ Json replayReport(const std::vector<ReplayPlan> &plans,
                {"devices", devs}};
     if (t.complete)
       pj["busiest_measured_s"] = maxOf(t.measured);
+    if (p.sequence.size() == p.devices &&
+        std::all_of(p.sequence.begin(), p.sequence.end(),
+                    [](Seconds x) { return x >= 0; }))
+      pj["busiest_sequence_s"] = maxOf(p.sequence);
     if (withTasks)
       pj["tasks"] = tasks;
     jp.push_back(pj);
@@ -240,17 +258,17 @@ void printReplayReport(const Json &r, llvm::raw_ostream &os) {
     os << " (" << r["gpu_name"].get<std::string>() << ")";
   os << "\n";
   Table t({"plan", "tasks", "busiest predicted ms", "busiest analytic ms",
-           "busiest measured ms"},
-          {false, true, true, true, true});
+           "busiest measured ms", "in sequence ms"},
+          {false, true, true, true, true, true});
+  auto ms = [](const Json &p, const char *key) {
+    return p.contains(key) ? fmt::format("{:.3f}", p[key].get<double>() * 1e3)
+                           : std::string("-");
+  };
   for (const Json &p : r["plans"])
     t.addRow({p["plan"].get<std::string>(),
               withCommas(p["compute_tasks"].get<int64_t>()),
-              fmt::format("{:.3f}", p["busiest_predicted_s"].get<double>() * 1e3),
-              fmt::format("{:.3f}", p["busiest_analytic_s"].get<double>() * 1e3),
-              p.contains("busiest_measured_s")
-                  ? fmt::format("{:.3f}",
-                                p["busiest_measured_s"].get<double>() * 1e3)
-                  : std::string("-")});
+              ms(p, "busiest_predicted_s"), ms(p, "busiest_analytic_s"),
+              ms(p, "busiest_measured_s"), ms(p, "busiest_sequence_s")});
   t.print(os);
   if (r.contains("task_error")) {
     const Json &e = r["task_error"];

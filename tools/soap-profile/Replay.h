@@ -39,6 +39,9 @@ struct ReplayPlan {
   std::unique_ptr<Topology> topo;
   /// Grouped by device (ascending), each device's in simulated start order.
   std::vector<ReplayTask> tasks;
+  /// Per device, its whole task sequence run back to back, not held (the
+  /// host's launch gaps included); -1 where not measured.
+  std::vector<Seconds> sequence;
 };
 
 /// Loads a plan with its model (imported as the plan says) and topology

@@ -169,6 +169,8 @@ SignatureSet::enumerate(const EnumerateOptions &opts, const DeviceSpec &spec,
           return u.takeError();
         g = std::move(u);
       }
+      if (auto err = (*g)->setPrecision(opts.precision))
+        return llvm::Error(std::move(err));
       set.add(std::move(*g), model, n, batch, opts.space, *topo);
     }
     }

@@ -30,6 +30,8 @@ struct EnumerateOptions {
   SpaceKind space = SpaceKind::FlexFlow;
   bool unrollRnn = false;
   bool appendLoss = true;
+  /// The element type, as soapc's --precision (bf16 tiles are bf16 kernels).
+  Precision precision = Precision::FP32;
   /// At least one model, device counts and batch >= 1.
   llvm::Error validate() const;
 };

@@ -79,6 +79,9 @@ static cl::opt<std::string> spaceOpt("space",
 static cl::opt<bool> noLoss("no-loss",
                             cl::desc("Do not append a loss (as soapc)"),
                             cl::cat(cat));
+static cl::opt<std::string> precisionOpt(
+    "precision", cl::desc("Element type of the tiles, as soapc: fp32 or bf16"),
+    cl::init("fp32"), cl::cat(cat));
 static cl::opt<bool> unrollRnn("unroll-rnn",
                                cl::desc("Unroll LSTMs (as soapc)"),
                                cl::cat(cat));
@@ -177,6 +180,11 @@ static llvm::Expected<EnumerateOptions> enumerateOptions() {
   o.space = *space;
   o.unrollRnn = unrollRnn;
   o.appendLoss = !noLoss;
+  auto precision = parsePrecision(precisionOpt);
+  if (!precision)
+    return inputError("--precision must be fp32 or bf16, got '{}'",
+                      precisionOpt.getValue());
+  o.precision = *precision;
   if (auto err = o.validate())
     return llvm::Error(std::move(err));
   return o;

@@ -6,7 +6,9 @@
 #                               per MULTI_MODELS model on 8 devices (data,
 #                               model, expert, kcuts, mcmc)
 #   bench/fidelity.sh profile   measure the plans' compute tiles into the
-#                               profile (only signatures it lacks)
+#                               profile (only signatures it lacks; all of
+#                               them with REMEASURE=1); the plans include
+#                               GPT-3's megatron plans (bf16), profiled only
 #   bench/fidelity.sh single    one GPU: the simulator's compute per
 #                               iteration (profiled and analytic) against the
 #                               replayed kernels
@@ -22,7 +24,8 @@
 #                               zoo on 8 and 16 devices, TIME_LIMIT seconds
 #                               per model, for profiles/<device>.json
 # Knobs (environment): GPU=h100|h200, BIN=build/bin, BATCH=64 (one GPU),
-# MODELS, MULTI_MODELS, TIME_LIMIT=600, REPEATS=25, WARMUP=5,
+# MODELS, MULTI_MODELS, GPT3_MODELS, TIME_LIMIT=600, REPEATS=25, WARMUP=5,
+# REMEASURE,
 # OUT=bench/results/fidelity. Nothing here asserts a time: it prints tables
 # and writes JSON.
 set -euo pipefail
@@ -65,12 +68,22 @@ stage_plans() {
         echo "fidelity.sh: no $s plan for $m" >&2
     done
   done
+  # GPT-3's bf16 tiles (Adam, batch 1,024 sequences, the megatron plan of
+  # bench/gpt3.py's clusters): profiled, not replayed (an iteration is
+  # seconds per device).
+  for spec in ${GPT3_MODELS:-gpt3_1_3b:dgx-h100-1 gpt3_6_7b:dgx-h100-8 gpt3_13b:dgx-h100-8}; do
+    m=${spec%%:*} t=${spec##*:}
+    "$bin/soapc" "examples/models/$m.onnx" --topology "examples/topologies/$t.json" \
+      --search megatron --batch 1024 --precision bf16 --optimizer adam \
+      --timeout 5m $(with_profile) -o "$out/$m-megatron.plan.json" >/dev/null ||
+      echo "fidelity.sh: no megatron plan for $m" >&2
+  done
   ls "$out"/*.plan.json | wc -l
 }
 
 stage_profile() {
   "$bin/soap-profile" --from-plans "$out"/*.plan.json --time-limit "$limit" \
-    "${timing[@]}" -o "$profile"
+    "${timing[@]}" ${REMEASURE:+--remeasure} -o "$profile"
 }
 
 stage_space() {

@@ -203,7 +203,9 @@ llvm::Expected<CostDatabase> CostDatabase::fromJson(const Json &doc,
                          fmt::format("{} is more than {}", *n, INT_MAX));
         e.repeats = static_cast<int>(*n);
       }
-      for (auto [key, arr] : {std::pair{"flops", e.flops}, {"bytes", e.bytes}}) {
+      for (auto [key, arr] : {std::pair{"flops", e.flops},
+                              {"bytes", e.bytes},
+                              {"launch_s", e.launch}}) {
         if (!k.contains(key))
           continue;
         auto a = r.array(k, ptr, key);
@@ -252,6 +254,8 @@ Json CostDatabase::toJson() const {
     // 0 = unknown (the file gave none); the reader wants at least 1.
     if (e.repeats > 0)
       k["repeats"] = e.repeats;
+    if (e.launch[0] > 0 || e.launch[1] > 0 || e.launch[2] > 0)
+      k["launch_s"] = {e.launch[0], e.launch[1], e.launch[2]};
     kernels.push_back(std::move(k));
   }
   Json device = {{"name", env.device}};

@@ -336,10 +336,12 @@ llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
     std::string sig = opSignature(g, op, tile);
     if (const KernelEntry *e = db_->find(sig)) {
       ++hits_;
+      // A pass the host enqueues more slowly than the GPU runs it takes the
+      // host's time: issued back to back, the GPU waits for the host.
       KernelTimes k;
-      k.forward = e->forward;
-      k.backwardData = e->backwardData;
-      k.backwardWeight = e->backwardWeight;
+      k.forward = std::max(e->forward, e->launch[0]);
+      k.backwardData = std::max(e->backwardData, e->launch[1]);
+      k.backwardWeight = std::max(e->backwardWeight, e->launch[2]);
       k.workspace = e->workspace;
       k.source = CostSource::Profile;
       return k;

@@ -107,11 +107,13 @@ struct GpuSession::Impl {
   DevBuf workspace; ///< shared cuDNN workspace; grows in prepare only
   DevBuf l2;        ///< written to evict the L2 cache
   /// Mapped pinned memory for gpu::hold: [0] the release flag, [1] set when
-  /// the hold timed out. `held` is false once a hold has timed out (the
-  /// host took too long to enqueue a run): later runs are timed without.
+  /// the hold timed out. `held` is false once holds have timed out three
+  /// times (the host takes too long to enqueue a run): later runs are timed
+  /// without.
   volatile int *gate = nullptr;
   volatile int *deviceGate = nullptr;
   bool held = true;
+  int holdTimeouts = 0;
   std::string name;
   uint64_t seed = 1;
   bool tf32 = false;

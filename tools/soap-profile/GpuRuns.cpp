@@ -83,7 +83,7 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
   const Pass fwd[] = {Pass::Forward};
   const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
   for (ReplayPlan &p : plans) {
-    p.sequence.assign(p.devices, -1);
+    p.sequence.assign(p.devices, 0); // a device without tasks: nothing
     // One device at a time, its tasks in simulated order.
     size_t i = 0;
     while (i < p.tasks.size()) {
@@ -118,10 +118,35 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
         benches[rt.signature] = std::move(*b);
       }
       if (together) {
-        // The device's task sequence, run warmup + repeats times, each task
-        // timed on its own.
+        // The whole sequence back to back, as an executor would issue it:
+        // the GPU's time plus the gaps where it waits for the host. Its
+        // warm-up runs are the task timings' too: they load every kernel
+        // before a held run (a lazily loaded module would wait for the
+        // holding kernel).
+        auto sequence = [&]() -> llvm::Error {
+          for (size_t k = i; k < end; ++k) {
+            ReplayTask &rt = p.tasks[k];
+            TileBench &b = *benches[rt.signature];
+            for (Pass pass : rt.backward ? llvm::ArrayRef<Pass>(bwd)
+                                         : llvm::ArrayRef<Pass>(fwd))
+              if (b.has(pass))
+                if (auto err = b.run(pass))
+                  return err;
+          }
+          return llvm::Error::success();
+        };
+        std::vector<double> whole;
+        for (int r = 0; r < std::max(warmup, 1) + repeats; ++r) {
+          auto t = s.timeSequence(sequence);
+          if (!t)
+            return t.takeError();
+          if (r >= std::max(warmup, 1))
+            whole.push_back(*t);
+        }
+        p.sequence[p.tasks[i].device] = median(whole);
+        // Then each task timed on its own, held.
         std::vector<std::vector<double>> times(end - i);
-        for (int r = 0; r < warmup + repeats; ++r)
+        for (int r = 0; r < repeats; ++r)
           for (size_t k = i; k < end; ++k) {
             ReplayTask &rt = p.tasks[k];
             TileBench &b = *benches[rt.signature];
@@ -129,33 +154,12 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
                 rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
             if (!t)
               return t.takeError();
-            if (r >= warmup)
-              times[k - i].push_back(*t);
+            times[k - i].push_back(*t);
           }
         for (size_t k = i; k < end; ++k)
           p.tasks[k].measured = median(times[k - i]);
-        // Then the whole sequence back to back, as an executor would issue
-        // it: the GPU's time plus the gaps where it waits for the host.
-        std::vector<double> whole;
-        for (int r = 0; r < repeats; ++r) {
-          auto t = s.timeSequence([&]() -> llvm::Error {
-            for (size_t k = i; k < end; ++k) {
-              ReplayTask &rt = p.tasks[k];
-              TileBench &b = *benches[rt.signature];
-              for (Pass pass : rt.backward ? llvm::ArrayRef<Pass>(bwd)
-                                           : llvm::ArrayRef<Pass>(fwd))
-                if (b.has(pass))
-                  if (auto err = b.run(pass))
-                    return err;
-            }
-            return llvm::Error::success();
-          });
-          if (!t)
-            return t.takeError();
-          whole.push_back(*t);
-        }
-        p.sequence[p.tasks[i].device] = median(whole);
       } else {
+        p.sequence[p.tasks[i].device] = -1; // not run back to back
         for (size_t k = i; k < end; ++k) {
           ReplayTask &rt = p.tasks[k];
           auto b =
@@ -165,12 +169,18 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
                              p.path, rt.device, rt.signature,
                              errorMessage(b.takeError()));
           std::vector<double> v;
-          for (int r = 0; r < warmup + repeats; ++r) {
-            auto t = rt.backward ? s.timeOnce(**b, bwd, 2)
-                                 : s.timeOnce(**b, fwd, 1);
+          for (int r = 0; r < std::max(warmup, 1) + repeats; ++r) {
+            // The warm-up runs unheld (as above: they load the kernels).
+            auto t = r < std::max(warmup, 1)
+                         ? s.timeSequence([&] {
+                             return rt.backward ? s.enqueue(**b, bwd, 2)
+                                                : s.enqueue(**b, fwd, 1);
+                           })
+                         : rt.backward ? s.timeOnce(**b, bwd, 2)
+                                       : s.timeOnce(**b, fwd, 1);
             if (!t)
               return t.takeError();
-            if (r >= warmup)
+            if (r >= std::max(warmup, 1))
               v.push_back(*t);
           }
           rt.measured = median(v);

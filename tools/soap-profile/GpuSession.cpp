@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/raw_ostream.h"
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -314,7 +315,8 @@ constexpr int64_t kHoldTimeoutNs = 50'000'000;
 /// time in the libraries' calls, which for kernels of a few microseconds is
 /// most of it and varies from run to run.
 template <typename Enqueue>
-llvm::Expected<Seconds> timedRun(Impl &s, Enqueue enqueue, bool hold = true) {
+llvm::Expected<Seconds> timedRun(Impl &s, Enqueue enqueue, bool hold = true,
+                                 Seconds *host = nullptr) {
   const bool held = hold && s.held;
   if (held) {
     s.gate[0] = 0;
@@ -330,24 +332,33 @@ llvm::Expected<Seconds> timedRun(Impl &s, Enqueue enqueue, bool hold = true) {
     }
   };
   SOAP_CUDA(cudaEventRecord(s.e0, s.stream));
+  auto began = std::chrono::steady_clock::now();
   if (auto err = enqueue()) {
     release();
     cudaStreamSynchronize(s.stream);
     return llvm::Error(std::move(err));
   }
+  auto enqueued = std::chrono::steady_clock::now();
   SOAP_CUDA(cudaEventRecord(s.e1, s.stream));
   release();
   SOAP_CUDA(cudaEventSynchronize(s.e1));
   if (held && s.gate[1]) {
-    // The hold ran out before the host released it: the host blocks inside
-    // the run (or is that slow). Time it, and every later run, unheld.
-    llvm::errs() << fmt::format(
-        "soap-profile: enqueueing a timed run took over {} ms; timing "
-        "without holding the stream from here on\n",
-        kHoldTimeoutNs / 1'000'000);
-    s.held = false;
-    return timedRun(s, enqueue);
+    // The hold ran out before the host released it: the host blocked inside
+    // the run (a library's first call may allocate and synchronise) or is
+    // that slow. Run it again; after the third time, hold no more runs.
+    if (++s.holdTimeouts == 3) {
+      llvm::errs() << fmt::format(
+          "soap-profile: enqueueing a timed run took over {} ms three "
+          "times in a row; timing without holding the stream from here on\n",
+          kHoldTimeoutNs / 1'000'000);
+      s.held = false;
+    }
+    return timedRun(s, enqueue, hold, host);
   }
+  if (held)
+    s.holdTimeouts = 0;
+  if (host)
+    *host = std::chrono::duration<double>(enqueued - began).count();
   float ms = 0;
   SOAP_CUDA(cudaEventElapsedTime(&ms, s.e0, s.e1));
   return double(ms) * 1e-3;
@@ -355,36 +366,41 @@ llvm::Expected<Seconds> timedRun(Impl &s, Enqueue enqueue, bool hold = true) {
 
 } // namespace
 
-llvm::Expected<Seconds> GpuSession::time(TileBench &b, Pass p) {
+llvm::Expected<PassTime> GpuSession::time(TileBench &b, Pass p) {
   Impl &s = *impl_;
   if (!b.has(p))
-    return 0.0;
+    return PassTime{};
   for (int i = 0; i < opts_.warmup; ++i)
     if (auto err = b.run(p))
       return llvm::Error(std::move(err));
   SOAP_CUDA(cudaStreamSynchronize(s.stream));
-  std::vector<double> runs;
+  std::vector<double> runs, hosts;
   for (int r = 0; r < std::max(1, opts_.repeats); ++r) {
     if (opts_.flushL2) {
       SOAP_CUDA(cudaMemsetAsync(s.l2.get(), r & 0xff, s.l2.bytes(), s.stream));
     }
-    auto t = timedRun(s, [&] { return b.run(p); });
+    Seconds host = 0;
+    auto t = timedRun(s, [&] { return b.run(p); }, true, &host);
     if (!t)
       return t.takeError();
     runs.push_back(*t);
+    hosts.push_back(host);
   }
-  return median(runs);
+  return PassTime{median(runs), median(hosts)};
+}
+
+llvm::Error GpuSession::enqueue(TileBench &b, const Pass *passes,
+                                int numPasses) {
+  for (int i = 0; i < numPasses; ++i)
+    if (b.has(passes[i]))
+      if (auto err = b.run(passes[i]))
+        return err;
+  return llvm::Error::success();
 }
 
 llvm::Expected<Seconds> GpuSession::timeOnce(TileBench &b, const Pass *passes,
                                              int numPasses) {
-  return timedRun(*impl_, [&]() -> llvm::Error {
-    for (int i = 0; i < numPasses; ++i)
-      if (b.has(passes[i]))
-        if (auto err = b.run(passes[i]))
-          return err;
-    return llvm::Error::success();
-  });
+  return timedRun(*impl_, [&] { return enqueue(b, passes, numPasses); });
 }
 
 llvm::Expected<Seconds>
@@ -411,7 +427,8 @@ llvm::Expected<KernelEntry> GpuSession::measure(const Graph &g, const Op &op,
     auto t = time(**b, static_cast<Pass>(p));
     if (!t)
       return t.takeError();
-    *out[p] = *t;
+    *out[p] = t->gpu;
+    e.launch[p] = t->launch;
     // What cuBLAS computed, where the IR splits the passes otherwise (the
     // second gradient of a product of two activations), so that fitting
     // the roofline to the entry divides the right FLOPs by the time.
@@ -439,7 +456,7 @@ llvm::Expected<double> GpuSession::measureBandwidth() {
   auto t = time(b, Pass::Forward);
   if (!t)
     return t.takeError();
-  return 2.0 * double(floats) * 4 / *t;
+  return 2.0 * double(floats) * 4 / t->gpu;
 }
 
 llvm::Expected<std::map<std::string, double>>
@@ -458,7 +475,7 @@ GpuSession::measureGemmRates(int64_t size) {
     auto t = time(b, Pass::Forward);
     if (!t)
       return t.takeError();
-    out[name] = 2.0 * double(size) * double(size) * double(size) / *t;
+    out[name] = 2.0 * double(size) * double(size) * double(size) / t->gpu;
   }
   return out;
 }

@@ -31,6 +31,12 @@ struct MeasureOptions {
   bool findAlgorithms = false;
 };
 
+/// A pass's median times: the GPU's (events around the run) and the host's
+/// to enqueue it (while the GPU is held).
+struct PassTime {
+  Seconds gpu = 0, launch = 0;
+};
+
 /// The kernels of one op tile with their buffers allocated and filled.
 class TileBench {
 public:
@@ -62,9 +68,11 @@ public:
   llvm::Expected<std::unique_ptr<TileBench>>
   prepare(const Graph &g, const Op &op, const Box &tile,
           const std::string &signature);
-  /// The median time of pass `p` over the repeats, after the warm-up.
-  llvm::Expected<Seconds> time(TileBench &b, Pass p);
-  /// One timed run of the given passes back to back (for replays).
+  /// The median times of pass `p` over the repeats, after the warm-up.
+  llvm::Expected<PassTime> time(TileBench &b, Pass p);
+  /// Enqueues the given passes back to back, untimed.
+  llvm::Error enqueue(TileBench &b, const Pass *passes, int numPasses);
+  /// One timed run of the given passes back to back (for replays), held.
   llvm::Expected<Seconds> timeOnce(TileBench &b, const Pass *passes,
                                    int numPasses);
   /// One timed run of whatever `enqueue` queues, without holding the

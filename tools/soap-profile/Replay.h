@@ -26,9 +26,14 @@ struct ReplayTask {
   int32_t replica = 0;
   Box box;
   std::string signature;
-  Seconds predicted = 0; ///< profiled cost model (analytic where it lacks one)
+  /// The simulator's time with the profiled cost model (analytic where it
+  /// lacks the tile): the longer of the kernels' and the host's time.
+  Seconds predicted = 0;
+  /// The profile's kernel (GPU) time alone, what `measured` measures; the
+  /// analytic time where the profile lacks the tile.
+  Seconds predictedKernels = 0;
   Seconds analytic = 0;  ///< the roofline alone
-  Seconds measured = -1; ///< -1 until measured
+  Seconds measured = -1; ///< GPU time, held (GpuSession); -1 until measured
 };
 
 struct ReplayPlan {
@@ -52,10 +57,12 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
                                           const std::string &topologyOverride,
                                           const CostDatabase *db);
 
-/// The comparison: per plan and device the predicted and measured compute;
-/// over all measured tasks the median and worst relative error of both cost
-/// models; and whether the plans' compute (the busiest device's) is ordered
-/// alike by prediction and measurement (Kendall's tau, agreeing pairs).
+/// The comparison: per plan and device the predicted compute against the
+/// device's tasks run back to back (`sequence`), and the profile's kernel
+/// times against the kernels measured one by one; over all measured tasks
+/// the median and worst relative error of both cost models' kernel times;
+/// and whether the plans' compute (the busiest device's) is ordered alike
+/// by prediction and measurement (Kendall's tau, agreeing pairs).
 Json replayReport(const std::vector<ReplayPlan> &plans,
                   const ProfileEnvironment &env, bool withTasks);
 void printReplayReport(const Json &report, llvm::raw_ostream &os);

@@ -25,6 +25,10 @@ struct KernelEntry {
   /// its roofline to measurements. 0 when unknown.
   double flops[3] = {0, 0, 0};
   double bytes[3] = {0, 0, 0};
+  /// The host's time to enqueue each pass (the libraries' calls, measured
+  /// while the GPU waits): a pass issued back to back with others takes at
+  /// least this long however short its kernels. 0 when unknown.
+  Seconds launch[3] = {0, 0, 0};
 };
 
 /// What soap-profile recorded about the machine it ran on.

@@ -127,6 +127,41 @@ TEST_CASE("the database answers, counts and round-trips", "[Cost]") {
   CHECK(errorMessage(std::move(err)).find("cannot merge") != std::string::npos);
 }
 
+TEST_CASE("a pass is priced at the longer of its kernels' and its "
+          "enqueueing's time",
+          "[Cost]") {
+  Graph g = convRelu();
+  const Op &conv = g.op(0);
+  CostDatabase db;
+  db.env.device = "H100-SXM";
+  KernelEntry e;
+  e.forward = 40e-6;       // the GPU is the slower: its time
+  e.backwardData = 3e-6;   // the host is: its time
+  e.backwardWeight = 5e-6; // no enqueue time recorded: the GPU's
+  e.launch[0] = 12e-6;
+  e.launch[1] = 9e-6;
+  std::string sig = opSignature(g, conv, conv.sem.fullTile());
+  db.add(sig, e);
+  CostModel cm(h100(), &db, CostMode::Profile);
+  auto k = cm.kernel(g, conv, conv.sem.fullTile());
+  REQUIRE(static_cast<bool>(k));
+  CHECK(k->forward == 40e-6);
+  CHECK(k->backwardData == 9e-6);
+  CHECK(k->backwardWeight == 5e-6);
+  // The enqueue times round-trip; the fitted roofline uses kernel times.
+  auto back = CostDatabase::fromJson(db.toJson(), JsonReader("p.json"));
+  REQUIRE(static_cast<bool>(back));
+  CHECK(back->find(sig)->launch[1] == 9e-6);
+  CHECK(back->find(sig)->backwardData == 3e-6);
+  Json j = db.toJson();
+  j["kernels"][0]["launch_s"] = Json::array({1e-6, 2e-6});
+  auto bad = CostDatabase::fromJson(j, JsonReader("p.json"));
+  REQUIRE(!bad);
+  CHECK(errorMessage(bad.takeError()) ==
+        "p.json: /kernels/0/launch_s: expected 3 numbers (forward, "
+        "backward-data, backward-weight)");
+}
+
 TEST_CASE("strict mode refuses to guess and names the signature", "[Cost]") {
   Graph g = convRelu();
   CostDatabase db;

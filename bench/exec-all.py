@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,10 @@ def main():
                             row["float64_reference"] = True
                         row["result"] = (c.stdout or c.stderr).strip()
                         row["match"] = c.returncode == 0
+                        # Only the references' weights are kept: a large
+                        # model's dumps would fill the disk (BERT-large:
+                        # 1.3 GB a run).
+                        shutil.rmtree(w, ignore_errors=True)
                     except RuntimeError as e:
                         row["error"] = str(e)
                     row["seconds"] = time.time() - t0

@@ -127,11 +127,9 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
           for (size_t k = i; k < end; ++k) {
             ReplayTask &rt = p.tasks[k];
             TileBench &b = *benches[rt.signature];
-            for (Pass pass : rt.backward ? llvm::ArrayRef<Pass>(bwd)
-                                         : llvm::ArrayRef<Pass>(fwd))
-              if (b.has(pass))
-                if (auto err = b.run(pass))
-                  return err;
+            if (auto err = rt.backward ? s.enqueue(b, bwd, 2)
+                                       : s.enqueue(b, fwd, 1))
+              return err;
           }
           return llvm::Error::success();
         };

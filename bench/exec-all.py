@@ -28,8 +28,11 @@ plan (ResNet-101 at batch 4: 6% of the loss after 2 steps).
 The default models are every zoo model with weights that soap-run can
 train in minutes a run; the GPT-3 models have no weights (soap-run refuses
 them) and the TensorOpt-size ones do not fit in a 24 GB machine. transformer
-and gpt2 at batch 4 need about 36 GB on 4 ranks (about 9 GB a rank for one
-1,024-token gpt2 sequence): on 24 GB run them at batch 2 with --ranks 2."""
+and gpt2 at batch 4 on 4 ranks hold 5-6 GB a rank, and gpt2's one-rank
+reference about 17 GB: on 24 GB add swap, or run them at batch 2 with
+--ranks 2. A reference whose batch does not fit one P100 is planned on one
+H100 (bench/fidelity-h100x1.json); every op is on device 0 either way. Only
+the references' weight dumps are kept while the bench runs."""
 
 import argparse
 import json

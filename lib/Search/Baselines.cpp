@@ -128,9 +128,21 @@ public:
     }
     if (!s)
       return s.takeError();
-    auto e = evaluateIfFits(p, *s);
-    if (!e)
-      return e.takeError();
+    // A strategy that splits consecutive ops differently over many devices
+    // moves data between every pair of their tiles: on 1,024 GPUs its task
+    // graph outgrows the machine's memory (balanced on GPT-2 did).
+    auto e = evaluateIfFits(p, *s, taskLimit(p));
+    if (!e) {
+      bool tooLarge;
+      if (llvm::Error rest = dropTooLarge(e.takeError(), tooLarge))
+        return llvm::Error(std::move(rest));
+      return makeError(ExitCode::Infeasible,
+                       "{}: the {} strategy's task graph has more than {} "
+                       "tasks on {} devices, too many to simulate; data, "
+                       "megatron and pipeline plan this scale",
+                       p.graph.sourcePath, name_, taskLimit(p),
+                       p.topo.numDevices());
+    }
     if (!*e)
       return makeError(ExitCode::Infeasible,
                        "{}: the {} strategy does not fit in device memory",

@@ -113,6 +113,8 @@ std::string SearcherRegistry::names() const {
 }
 
 size_t taskLimit(const SearchProblem &p) {
+  if (p.maxTasks)
+    return p.maxTasks;
   return std::max<size_t>(size_t(1) << 20,
                           8 * p.graph.numOps() * p.topo.numDevices());
 }

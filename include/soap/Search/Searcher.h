@@ -23,6 +23,8 @@ struct SearchProblem {
   const CostModel &cost;
   const CollectiveModel &collectives;
   Optimizer optimizer = Optimizer::Sgd;
+  /// taskLimit's value where not 0 (tests give small ones).
+  size_t maxTasks = 0;
   /// Symmetric strategies are simulated folded (Sim/Fold.h): the same
   /// timeline from one group of devices.
   SimContext context() const {
@@ -171,6 +173,7 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
 /// (two compute tasks per op and device), at least 2^20. A random or
 /// re-partitioning strategy on 1,024 GPUs passes it (every tile of an op
 /// talks to every tile of the next) and would not fit in RAM.
+/// SearchProblem::maxTasks where set.
 size_t taskLimit(const SearchProblem &p);
 
 /// Builds and simulates a strategy: (iteration time, fits in memory). With

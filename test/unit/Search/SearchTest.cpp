@@ -77,6 +77,30 @@ TEST_CASE("mcmc is never slower than data, model or expert", "[Search]") {
   }
 }
 
+TEST_CASE("a built-in strategy whose task graph passes the task limit is "
+          "refused in one line, not built",
+          "[Search]") {
+  Fixture f = fixture("lenet", "p100-4x4", 256);
+  SearchProblem p = f.problem();
+  SearchOptions o;
+  auto fine = runSearch(p, "balanced", o);
+  if (!fine)
+    FAIL(errorMessage(fine.takeError()));
+  p.maxTasks = 50;
+  auto r = runSearch(p, "balanced", o);
+  REQUIRE_FALSE(static_cast<bool>(r));
+  std::string message;
+  ExitCode code = ExitCode::Ok;
+  llvm::handleAllErrors(r.takeError(), [&](const SoapError &e) {
+    code = e.code();
+    message = e.text();
+  });
+  CHECK(code == ExitCode::Infeasible);
+  CHECK(message.find("the balanced strategy's task graph has more than 50 "
+                     "tasks on 16 devices, too many to simulate") !=
+        std::string::npos);
+}
+
 TEST_CASE("the thread count does not change mcmc's result", "[Search]") {
   Fixture f = fixture("lenet", "dgx-h100-1", 128);
   SearchOptions o;

@@ -97,6 +97,10 @@ stage_space() {
 
 stage_single() {
   for m in $models; do
+    if [ ! -f "$out/$m-1gpu.plan.json" ]; then
+      echo "== $m: no one-GPU plan (plans: it does not fit one GPU at batch $batch)"
+      continue
+    fi
     echo "== replay $m whole on one GPU"
     "$bin/soap-profile" --replay "$out/$m-1gpu.plan.json" $(with_profile) \
       "${timing[@]}" --tasks -o "$out/$m-1gpu.json" ||

@@ -17,33 +17,40 @@ namespace soap {
 
 namespace {
 
-/// Bytes of `op`'s input `i` (under `c`) that its tasks need from other
-/// devices, given the producer's configuration: each task's input region
-/// less what the producer's tiles on the task's device already hold.
-double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
-                        const Strategy &chosen) {
+/// What each device holds of input `i` of `op` under its producer's chosen
+/// configuration (linear in the tiles: on 1,024 devices a consumer task
+/// meets only its own device's boxes); nullopt where nothing produced it
+/// (a weight, a graph input).
+using HeldBoxes = std::map<DeviceId, std::vector<Box>>;
+std::optional<HeldBoxes> heldInput(const Graph &g, const Op &op, int i,
+                                   const Strategy &chosen) {
   ValueId v = op.inputs[size_t(i)];
   if (v == kNoValue || g.value(v).producer < 0)
-    return 0;
-  const Op &q = g.op(g.value(v).producer);
+    return std::nullopt;
+  const Value &val = g.value(v);
+  const Op &q = g.op(val.producer);
   if (size_t(q.id) >= chosen.configs.size())
-    return 0;
+    return std::nullopt;
   const OpConfig &pc = chosen.configs[size_t(q.id)];
-  int j = 0;
-  while (q.outputs[size_t(j)] != v)
-    ++j;
-  // What each device holds of the value (linear in the tiles: on 1,024
-  // devices a consumer task meets only its own device's boxes).
-  std::map<DeviceId, std::vector<Box>> held;
+  HeldBoxes held;
   for (int64_t t = 0; t < pc.numTiles(); ++t) {
-    Box out = q.sem.outputRegion(j, pc.tile(q.sem, t));
+    Box out = q.sem.outputRegion(val.producerOutput, pc.tile(q.sem, t));
     for (int32_t r = 0; r < pc.replicas; ++r)
       held[pc.device(t, r)].push_back(out);
   }
+  return held;
+}
+
+/// Bytes of `op`'s input `i` (under `c`) that its tasks need from other
+/// devices: each task's input region less what `held` (heldInput) has of
+/// it on the task's device.
+double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
+                        const HeldBoxes &held) {
+  const Value &val = g.value(op.inputs[size_t(i)]);
   double remote = 0;
   for (int64_t k = 0; k < c.numTiles(); ++k) {
-    Box need = op.sem.inputRegionInTensor(i, c.tile(op.sem, k),
-                                          g.value(v).shape.dims);
+    Box need =
+        op.sem.inputRegionInTensor(i, c.tile(op.sem, k), val.shape.dims);
     for (int32_t r = 0; r < c.replicas; ++r) {
       int64_t local = 0;
       auto it = held.find(c.device(k, r));
@@ -53,7 +60,7 @@ double remoteInputBytes(const Graph &g, const Op &op, int i, const OpConfig &c,
       remote += double(need.volume() - std::min(local, need.volume()));
     }
   }
-  return remote * double(dtypeBytes(g.value(v).dtype));
+  return remote * double(dtypeBytes(val.dtype));
 }
 
 } // namespace
@@ -77,6 +84,10 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
       if (c.numTasks() <= n)
         most = std::max(most, c.numTasks());
     }
+    // Where its inputs' producers left them: the same for every candidate.
+    std::vector<std::optional<HeldBoxes>> held;
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      held.push_back(heldInput(p.graph, op, int(i), s));
     std::optional<OpConfig> best;
     Seconds bestScore = 0;
     for (const auto &[degree, replicas] : space.shapes(op.id)) {
@@ -93,7 +104,8 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
       // this reshuffle whole activations between every pair of ops.
       double remote = 0;
       for (size_t i = 0; i < op.inputs.size(); ++i)
-        remote += remoteInputBytes(p.graph, op, int(i), c, s);
+        if (held[i])
+          remote += remoteInputBytes(p.graph, op, int(i), c, *held[i]);
       Seconds score = cc->busiest() + cc->tail +
                       2 * remote / (double(most) * slowest);
       if (!best || score < bestScore) {

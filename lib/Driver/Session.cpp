@@ -2,7 +2,6 @@
 // plans read and written with the inputs they record.
 #include "soap/Driver/Session.h"
 
-#include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Cores.h"
@@ -32,15 +31,9 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
   ImportOptions opts;
   opts.batch = effectiveBatch(o, devices);
   opts.appendLoss = !o.noLoss.value_or(false);
-  if (auto err = opts.validate())
-    return llvm::Error(std::move(err));
-  auto g = importOnnx(o.modelPath, opts);
-  if (g && o.unrollRnn.value_or(false))
-    g = unrollLstms(**g);
-  if (g)
-    if (auto err = (*g)->setPrecision(*prec))
-      return llvm::Error(std::move(err));
-  return g;
+  opts.unrollRnn = o.unrollRnn.value_or(false);
+  opts.precision = *prec;
+  return importOnnx(o.modelPath, opts);
 }
 
 /// The cost database for a device: --profile, else the source tree's

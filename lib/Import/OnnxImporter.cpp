@@ -4,6 +4,7 @@
 
 #include "ImportState.h"
 #include "soap/IR/OpRegistry.h"
+#include "soap/IR/UnrollRnn.h"
 #include "soap/Support/Error.h"
 #include <map>
 #include <set>
@@ -112,7 +113,13 @@ llvm::Expected<std::unique_ptr<Graph>> runImport(llvm::StringRef path,
   if (auto err = import::foldAndInfer(s))
     return err;
   import::fusePads(s);
-  return import::buildGraph(s);
+  auto g = import::buildGraph(s);
+  if (g && opts.unrollRnn)
+    g = unrollLstms(**g);
+  if (g && opts.precision != Precision::FP32)
+    if (auto err = (*g)->setPrecision(opts.precision))
+      return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));
+  return g;
 }
 
 } // namespace

@@ -3,7 +3,6 @@
 
 #include "soap/Cost/CostModel.h"
 #include "soap/Cost/OpSignature.h"
-#include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/Collectives.h"
 #include "soap/Machine/TopologyLoader.h"
@@ -39,26 +38,17 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
                       "'{}'",
                       planPath, db->env.device,
                       rp.topo->deviceSpec().name.str());
+  // Imported as the plan was searched: unrolled, at its element type (bf16
+  // tiles are other kernels; readPlan checked the name).
   ImportOptions io;
   io.batch = plan->inputs.batch;
   io.appendLoss = plan->inputs.appendLoss;
-  if (auto err = io.validate())
-    return llvm::Error(std::move(err));
+  io.unrollRnn = plan->inputs.unrollRnn;
+  io.precision = parsePrecision(plan->inputs.precision).value_or(Precision::FP32);
   auto g = importOnnx(rp.model, io);
   if (!g)
     return g.takeError();
-  if (plan->inputs.unrollRnn) {
-    auto u = unrollLstms(**g);
-    if (!u)
-      return u.takeError();
-    g = std::move(u);
-  }
   rp.graph = std::move(*g);
-  // The element type the plan was searched at (bf16 tiles are other
-  // kernels; readPlan checked the name) and its optimizer.
-  if (auto prec = parsePrecision(plan->inputs.precision))
-    if (auto err = rp.graph->setPrecision(*prec))
-      return llvm::Error(std::move(err));
   std::optional<Optimizer> optimizer = parseOptimizer(plan->inputs.optimizer);
   if (!optimizer)
     return inputError("{}: /search/optimizer: expected sgd, momentum or "

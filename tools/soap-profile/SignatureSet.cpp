@@ -2,7 +2,6 @@
 #include "SignatureSet.h"
 
 #include "soap/Cost/OpSignature.h"
-#include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Error.h"
@@ -158,19 +157,11 @@ SignatureSet::enumerate(const EnumerateOptions &opts, const DeviceSpec &spec,
       ImportOptions io;
       io.batch = batch;
       io.appendLoss = opts.appendLoss;
-      if (auto err = io.validate())
-        return llvm::Error(std::move(err));
+      io.unrollRnn = opts.unrollRnn;
+      io.precision = opts.precision;
       auto g = importOnnx(model, io);
       if (!g)
         return g.takeError();
-      if (opts.unrollRnn) {
-        auto u = unrollLstms(**g);
-        if (!u)
-          return u.takeError();
-        g = std::move(u);
-      }
-      if (auto err = (*g)->setPrecision(opts.precision))
-        return llvm::Error(std::move(err));
       set.add(std::move(*g), model, n, batch, opts.space, *topo);
     }
     }

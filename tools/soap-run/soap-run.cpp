@@ -8,7 +8,6 @@
 //   soap-run model.onnx plan.json            (a plan for one device)
 #include "soap/Driver/Session.h"
 #include "soap/Exec/Executor.h"
-#include "soap/IR/UnrollRnn.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Plan/Plan.h"
@@ -170,18 +169,11 @@ static llvm::Error run(Comm &comm) {
   // have only dims); stripped weights without external data are seeded.
   io.requireExternalData = true;
   io.keepConstantData = true; // masks are computed with, not only sized
-  if (auto err = io.validate())
-    return err;
+  io.unrollRnn = plan->inputs.unrollRnn;
   auto g = importOnnx(modelPath, io);
   if (!g)
     return g.takeError();
   std::unique_ptr<Graph> graph = std::move(*g);
-  if (plan->inputs.unrollRnn) {
-    auto u = unrollLstms(*graph);
-    if (!u)
-      return u.takeError();
-    graph = std::move(*u);
-  }
   // bf16 plans run on the CPU kernels (bf16 storage, fp32 accumulation,
   // fp32 master weights); refused before any compute where they cannot.
   opts.optimizer = plan->inputs.optimizer;

@@ -23,8 +23,12 @@ struct ImportOptions {
   /// without the class axis, same dim classes) and an output `loss` (F32,
   /// shape []) that becomes the only graph output.
   bool appendLoss = true;
-  /// Reserved: LSTM unrolling. LSTM ops are imported as they are either way.
+  /// Unroll every LSTM into per-step cells (IR/UnrollRnn.h) after import,
+  /// as soapc's --unroll-rnn and a plan that records it ask.
   bool unrollRnn = false;
+  /// The element type to train at (Graph::setPrecision) after import:
+  /// soapc's --precision and a plan's /search/precision.
+  Precision precision = Precision::FP32;
   /// Refuse initializers whose external data file is missing or shorter
   /// than the bytes they say they use (soap-run, which trains, asks for
   /// this). Otherwise absent external data is fine: only dims are needed.

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build python3 llvm-15-dev llvm-15-tools
   libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libfmt-dev
-  libspdlog-dev catch2 libopenmpi-dev openmpi-bin libdnnl-dev)
+  libspdlog-dev catch2 libopenmpi-dev openmpi-bin libdnnl-dev libjemalloc-dev)
 case "${1:-}" in
   --models) packages+=(python3-torch python3-torchvision python3-onnx
     libopenblas0-pthread) ;;

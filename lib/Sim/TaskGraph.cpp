@@ -7,6 +7,7 @@
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 namespace soap {
 
@@ -56,6 +57,34 @@ llvm::Error dropTooLarge(llvm::Error err, bool &tooLarge) {
   tooLarge = false;
   return llvm::handleErrors(
       std::move(err), [&](const TaskGraphTooLarge &) { tooLarge = true; });
+}
+
+std::shared_ptr<const AssemblyCache::PerOp>
+AssemblyCache::find(const Graph &g, const Strategy &s, const Fold &f) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!value_ || graph_ != &g || microBatches_ != s.pipeline.microBatches ||
+      factor_ != f.factor || block_ != f.block || period_ != f.period ||
+      configs_ != s.configs)
+    return nullptr;
+  ++hits_;
+  return value_;
+}
+
+void AssemblyCache::put(const Graph &g, const Strategy &s, const Fold &f,
+                        std::shared_ptr<const PerOp> value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  graph_ = &g;
+  configs_ = s.configs;
+  microBatches_ = s.pipeline.microBatches;
+  factor_ = f.factor;
+  block_ = f.block;
+  period_ = f.period;
+  value_ = std::move(value);
+}
+
+size_t AssemblyCache::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
 }
 
 TaskId TaskGraph::newTask(Task t) {
@@ -447,8 +476,20 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
   tg.leafMem_.assign(g.numOps(), {});
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
+  std::shared_ptr<const AssemblyCache::PerOp> assembly;
+  if (ctx.assembly)
+    assembly = ctx.assembly->find(g, s, tg.fold_);
+  if (!assembly) {
+    auto fresh = std::make_shared<AssemblyCache::PerOp>();
+    fresh->reserve(g.numOps());
+    for (const Op &o : g.ops())
+      fresh->push_back(tg.assemblyBytes(o.id));
+    assembly = fresh;
+    if (ctx.assembly)
+      ctx.assembly->put(g, s, tg.fold_, assembly);
+  }
   for (const Op &o : g.ops())
-    tg.setLeafMemory(o.id);
+    tg.setLeafMemory(o.id, (*assembly)[size_t(o.id)]);
   return llvm::Expected<TaskGraph>(std::move(tg));
 }
 
@@ -896,9 +937,16 @@ std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
     }
     // Tiles writing one region are partial sums, added.
     if (alike && readers == 1) {
-      std::set<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;
+      std::vector<const Box *> sorted;
+      sorted.reserve(outs.size());
       for (const Box &b : outs)
-        alike = alike && seen.insert({b.lo, b.hi}).second;
+        sorted.push_back(&b);
+      auto before = [](const Box *a, const Box *b) {
+        return std::tie(a->lo, a->hi) < std::tie(b->lo, b->hi);
+      };
+      std::sort(sorted.begin(), sorted.end(), before);
+      for (size_t i = 1; alike && i < sorted.size(); ++i)
+        alike = before(sorted[i - 1], sorted[i]);
     }
     if (readers == 0 || (readers == 1 && alike))
       continue;
@@ -950,10 +998,11 @@ std::map<DeviceId, Bytes> TaskGraph::assemblyBytes(OpId p) const {
 /// of its kernel's phase (addOpMemory) and its gradients' assembly. What was
 /// added before is taken off first, so the same configurations give the
 /// same integers in any order.
-void TaskGraph::setLeafMemory(OpId p) {
+void TaskGraph::setLeafMemory(OpId p,
+                              const std::map<DeviceId, Bytes> &assembly) {
   size_t up = size_t(p);
   std::map<DeviceId, Bytes> leaf = kernelMem_[up];
-  for (const auto &[d, b] : assemblyBytes(p))
+  for (const auto &[d, b] : assembly)
     leaf[d] = std::max(leaf[d], b);
   std::set<DeviceId> touched;
   for (const auto &[d, b] : leafMem_[up]) {

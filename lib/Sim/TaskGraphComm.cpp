@@ -445,13 +445,15 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   for (const std::vector<size_t> &members : groups) {
     std::vector<DeviceId> devs;
     Bytes bytes = 0;
-    // The distinct boxes each device holds (two ops reading the same shard
-    // on one device share it).
+    // The distinct boxes each device of this graph holds (two ops reading
+    // the same shard on one device share it).
     std::map<DeviceId, std::set<std::vector<int64_t>>> held;
     for (size_t i : members) {
       const Shard &sh = shards[i];
       devs.push_back(sh.device);
       bytes = std::max(bytes, sh.box.volume() * eb);
+      if (!mine(sh.device))
+        continue;
       std::vector<int64_t> bk = sh.box.lo;
       bk.insert(bk.end(), sh.box.hi.begin(), sh.box.hi.end());
       held[sh.device].insert(std::move(bk));
@@ -471,8 +473,6 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
           v *= bk[bk.size() / 2 + l] - bk[l];
         elems += v;
       }
-      if (!mine(d))
-        continue;
       DeviceMemory dm;
       dm.weights = part(elems * per.weight, 3);
       dm.gradients = part(elems * per.gradient, 2);

@@ -25,11 +25,15 @@ struct SearchProblem {
   Optimizer optimizer = Optimizer::Sgd;
   /// taskLimit's value where not 0 (tests give small ones).
   size_t maxTasks = 0;
+  /// What one build keeps for the next (AssemblyCache), shared by every
+  /// copy of the problem.
+  std::shared_ptr<AssemblyCache> assembly = std::make_shared<AssemblyCache>();
   /// Symmetric strategies are simulated folded (Sim/Fold.h): the same
   /// timeline from one group of devices.
   SimContext context() const {
     SimContext c{graph, topo, cost, collectives, optimizer};
     c.fold = true;
+    c.assembly = assembly;
     return c;
   }
 };

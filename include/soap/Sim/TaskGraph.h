@@ -16,6 +16,7 @@
 #include "soap/Sim/Fold.h"
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -100,6 +101,35 @@ struct Task {
   bool simulated = false;
 };
 
+/// Every op's gradient-assembly bytes per device (TaskGraph's memory model)
+/// for the last strategy built with it, kept between builds. They depend
+/// only on the graph, the ops' configurations, the micro-batch count and
+/// the fold, which the rungs of a memory ladder (ZeRO, recomputation) and
+/// the build() that follows the buildMemory() that fit all share; on GPT-3
+/// 175B over 1,024 GPUs computing them was most of a buildMemory(). One
+/// entry, compared whole (never a hash): a hit gives exactly the integers
+/// the computation gives. Shared by the threads of a search.
+class AssemblyCache {
+public:
+  using PerOp = std::vector<std::map<DeviceId, Bytes>>;
+  /// The entry for `s` (its configurations and micro-batch count) folded
+  /// as `f` over `g`, or null.
+  std::shared_ptr<const PerOp> find(const Graph &g, const Strategy &s,
+                                    const Fold &f) const;
+  void put(const Graph &g, const Strategy &s, const Fold &f,
+           std::shared_ptr<const PerOp> value);
+  size_t hits() const;
+
+private:
+  mutable std::mutex mu_;
+  const Graph *graph_ = nullptr;
+  std::vector<OpConfig> configs_;
+  int32_t microBatches_ = 0, factor_ = 0;
+  uint32_t block_ = 0, period_ = 0;
+  std::shared_ptr<const PerOp> value_;
+  mutable size_t hits_ = 0;
+};
+
 /// Everything the graph is built from; all must outlive the TaskGraph.
 struct SimContext {
   const Graph &graph;
@@ -117,6 +147,9 @@ struct SimContext {
   /// edge of that kind (TaskGraph::edgePlan); false derives every edge's
   /// own (the same graph, slower: for tests that compare the two).
   bool shareEdgePlans = true;
+  /// Where builds of one search keep what the next build of the same
+  /// configurations reuses (null: nothing kept).
+  std::shared_ptr<AssemblyCache> assembly = nullptr;
 };
 
 /// TaskGraph::build passed SimContext::maxTasks.
@@ -370,7 +403,8 @@ private:
   /// Per op: what setLeafMemory added at its leaf, per device.
   std::vector<std::vector<std::pair<DeviceId, Bytes>>> leafMem_;
   std::map<DeviceId, Bytes> assemblyBytes(OpId p) const;
-  void setLeafMemory(OpId p);
+  void setLeafMemory(OpId p) { setLeafMemory(p, assemblyBytes(p)); }
+  void setLeafMemory(OpId p, const std::map<DeviceId, Bytes> &assembly);
   /// Per op: the highest op whose backward recomputes it (its own id when
   /// it is not recomputed, or first recomputed by its own backward).
   std::vector<OpId> recomputedUntil_;

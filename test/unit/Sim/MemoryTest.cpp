@@ -94,3 +94,54 @@ TEST_CASE("buildMemory gives build's memory without a task",
   CHECK_FALSE(mem->fits());
   checkSameMemory(big, dp);
 }
+
+TEST_CASE("builds that share an assembly cache give the same memory",
+          "[Sim][memory]") {
+  // A ladder of ZeRO and recomputation over one set of configurations
+  // reuses the first build's gradient-assembly bytes (AssemblyCache); every
+  // build must hold exactly what a build without the cache holds, and a
+  // different micro-batch count or configuration must not be served the
+  // entry of another.
+  Fixture f("transformer_small", 32, "p100-4x4");
+  SimContext cached = f.ctx;
+  cached.assembly = std::make_shared<AssemblyCache>();
+  auto same = [&](const Strategy &s, bool memoryOnly) {
+    auto a = TaskGraph::build(f.ctx, s);
+    auto b = memoryOnly ? TaskGraph::buildMemory(cached, s)
+                        : TaskGraph::build(cached, s);
+    if (!a)
+      FAIL(errorMessage(a.takeError()));
+    if (!b)
+      FAIL(errorMessage(b.takeError()));
+    const auto &x = a->memory(), &y = b->memory();
+    REQUIRE(x.size() == y.size());
+    for (size_t d = 0; d < x.size(); ++d) {
+      INFO("device " << d);
+      REQUIRE(x[d].total() == y[d].total());
+      REQUIRE(x[d].workspace == y[d].workspace);
+    }
+  };
+  auto model = builtinStrategy("model", *f.g, f.topo);
+  if (!model)
+    FAIL(errorMessage(model.takeError()));
+  same(*model, true);
+  REQUIRE(cached.assembly->hits() == 0);
+  same(*model, false);
+  REQUIRE(cached.assembly->hits() == 1);
+  Strategy p = f.pipelined(2, 2, PipelineSchedule::OneFOneB, 8);
+  same(p, true); // another strategy: computed again
+  REQUIRE(cached.assembly->hits() == 1);
+  for (int stage : {1, 2, 3}) {
+    INFO("ZeRO-" << stage);
+    p.zero = zeroPolicy(*f.g, p, stage);
+    p.recompute = recomputePolicy(*f.g, stage == 3);
+    same(p, true);
+    REQUIRE(cached.assembly->hits() == size_t(1 + stage));
+  }
+  // Twice the micro-batches: tiles of half the samples, not the entry's.
+  p.pipeline.microBatches = 4;
+  same(p, false);
+  REQUIRE(cached.assembly->hits() == 4);
+  same(*model, false);
+  REQUIRE(cached.assembly->hits() == 4);
+}

@@ -120,15 +120,19 @@ size_t taskLimit(const SearchProblem &p) {
 }
 
 llvm::Expected<std::pair<Seconds, bool>>
-evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks) {
+evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks,
+         Seconds limit) {
   SimContext ctx = p.context();
   ctx.maxTasks = maxTasks;
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     return tg.takeError();
   Simulator sim(*tg);
-  Seconds t = sim.simulateFull();
-  return std::make_pair(t, tg->fits());
+  if (limit == std::numeric_limits<Seconds>::infinity())
+    return std::make_pair(sim.simulateFull(), tg->fits());
+  std::optional<Seconds> t = sim.simulateFull(limit);
+  return std::make_pair(t ? *t : std::numeric_limits<Seconds>::infinity(),
+                        tg->fits());
 }
 
 std::string MemorySaving::str() const {
@@ -161,14 +165,15 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
 }
 
 llvm::Expected<std::optional<Seconds>>
-evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks) {
+evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks,
+               Seconds limit) {
   SimContext ctx = p.context();
   auto mem = TaskGraph::buildMemory(ctx, s);
   if (!mem)
     return mem.takeError();
   if (!mem->fits())
     return std::optional<Seconds>();
-  auto e = evaluate(p, s, maxTasks);
+  auto e = evaluate(p, s, maxTasks, limit);
   if (!e)
     return e.takeError();
   return std::optional<Seconds>(e->first);
@@ -177,7 +182,8 @@ evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks) {
 llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
                                         const std::vector<MemorySaving> &ladder,
                                         uint64_t &evaluated,
-                                        const SearchOptions *o) {
+                                        const SearchOptions *o,
+                                        Seconds limit) {
   LadderFit fit;
   for (size_t i = 0; i < ladder.size(); ++i) {
     const MemorySaving &rung = ladder[i];
@@ -187,7 +193,7 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
     fit = LadderFit();
     fit.rung = rung;
     fit.rungIndex = i;
-    auto r = evaluateIfFits(p, s, taskLimit(p));
+    auto r = evaluateIfFits(p, s, taskLimit(p), limit);
     if (!r) {
       if (llvm::Error rest = dropTooLarge(r.takeError(), fit.tooLarge))
         return llvm::Error(std::move(rest));
@@ -213,7 +219,11 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
   size_t lastRung = ladder.size();
   int misses = 0; ///< counts in a row that did not pay
   while (!o.pastDeadline()) {
-    auto fit = fitWithLadder(p, cur, ladder, evaluated, &o);
+    // A count that cannot beat the best is one that does not pay: its
+    // simulation stops once that is certain.
+    auto fit = fitWithLadder(
+        p, cur, ladder, evaluated, &o,
+        best ? best->first : std::numeric_limits<Seconds>::infinity());
     if (!fit)
       return fit.takeError();
     // A graph past taskLimit: more micro-batches only make it larger.

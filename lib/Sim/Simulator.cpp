@@ -87,6 +87,16 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
 }
 
 Seconds Simulator::simulateFull() {
+  startFull();
+  return *resume();
+}
+
+std::optional<Seconds> Simulator::simulateFull(Seconds limit) {
+  startFull();
+  return resume(limit);
+}
+
+void Simulator::startFull() {
   std::vector<Task> &tasks = tg_.tasks();
   order_.clear();
   orderReady_.clear();
@@ -118,7 +128,6 @@ Seconds Simulator::simulateFull() {
       initial.push_back(id);
   }
   start(0, initial);
-  return *resume();
 }
 
 llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {

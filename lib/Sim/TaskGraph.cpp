@@ -119,7 +119,7 @@ void TaskGraph::removeTask(TaskId id, std::vector<TaskId> &touched,
   removedReady.push_back(t.ready);
   for (uint32_t r : t.resources)
     work_[r] -= toPicoseconds(t.exe);
-  auto erase = [&](std::vector<TaskId> &v) {
+  auto erase = [&](TaskList &v) {
     v.erase(std::remove(v.begin(), v.end(), id), v.end());
   };
   // A predecessor only loses a successor: its own schedule is unchanged.

@@ -58,7 +58,8 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
   t.exe =
       static_cast<double>(count) * ctx_->collectives.time(kind, devs, bytes);
   t.groupSize = static_cast<uint32_t>(devs.size());
-  t.resources = ringResources(devs);
+  const std::vector<uint32_t> &ring = ringResources(devs);
+  t.resources.assign(ring.begin(), ring.end());
   if (fold_.active() && !std::all_of(devs.begin(), devs.end(),
                                      [&](DeviceId d) { return mine(d); })) {
     // Spanning blocks (foldKeeps): on every block's own device or link it
@@ -317,7 +318,8 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
                     static_cast<uint64_t>(st.kc));
     t.bytes = st.bytes;
     t.exe = transferTime(a, b, st.bytes);
-    t.resources = routeResources(a, b);
+    std::vector<uint32_t> route = routeResources(a, b);
+    t.resources.assign(route.begin(), route.end());
     t.op = ed.consumer;
     t.microBatch = st.mb;
     if (st.dir == 0 && st.mb < buffered)

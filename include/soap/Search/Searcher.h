@@ -9,6 +9,7 @@
 #include "llvm/Support/Error.h"
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -181,9 +182,13 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
 size_t taskLimit(const SearchProblem &p);
 
 /// Builds and simulates a strategy: (iteration time, fits in memory). With
-/// `maxTasks`, a graph past it is TaskGraphTooLarge.
+/// `maxTasks`, a graph past it is TaskGraphTooLarge. With `limit`, the
+/// simulation stops as soon as the iteration time is certain to exceed it
+/// (Simulator::resume) and the time is +infinity: for a caller that only
+/// keeps what beats `limit`.
 llvm::Expected<std::pair<Seconds, bool>>
-evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
+evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0,
+         Seconds limit = std::numeric_limits<Seconds>::infinity());
 
 /// evaluate() for a caller that wants only strategies that fit: the
 /// iteration time, or nullopt when `s` does not fit in every device's
@@ -191,7 +196,8 @@ evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
 /// building or simulating its task graph (on 1,024 GPUs a graph has tens
 /// of millions of tasks).
 llvm::Expected<std::optional<Seconds>>
-evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0);
+evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0,
+               Seconds limit = std::numeric_limits<Seconds>::infinity());
 
 /// A way to make a strategy hold less (issue 17): a ZeRO stage on every op
 /// with a data-parallel group, and a recomputation policy.
@@ -211,7 +217,8 @@ struct MemorySaving {
 std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
 
 /// What fitWithLadder found: the rung that fits and its time (0 when none
-/// fits), or the last rung tried.
+/// fits; +infinity when its simulation stopped past the limit), or the last
+/// rung tried.
 struct LadderFit {
   Seconds time = 0;
   bool fits = false;
@@ -226,11 +233,13 @@ struct LadderFit {
 /// `ladder` applied; `s` keeps the first that fits (or the last tried).
 /// A rung whose memory does not fit (evaluateIfFits) is not simulated.
 /// `evaluated` counts the simulations. A task graph past taskLimit counts
-/// as not fitting and ends the ladder, as does `o`'s deadline.
-llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
-                                        const std::vector<MemorySaving> &ladder,
-                                        uint64_t &evaluated,
-                                        const SearchOptions *o = nullptr);
+/// as not fitting and ends the ladder, as does `o`'s deadline. The rung
+/// that fits is simulated with `limit` (evaluate).
+llvm::Expected<LadderFit>
+fitWithLadder(const SearchProblem &p, Strategy &s,
+              const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
+              const SearchOptions *o = nullptr,
+              Seconds limit = std::numeric_limits<Seconds>::infinity());
 
 /// Gradient accumulation and micro-batching as a user tunes them: `s` with
 /// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),
@@ -243,7 +252,10 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
 /// ZeRO-1 with selective recomputation at m = 16). `s` becomes the fastest that
 /// fits and the result is its time and rung; nullopt (and `s` unchanged)
 /// when none fits, `o`'s deadline passes first or the task graph grows past
-/// taskLimit.
+/// taskLimit. A count after the first that fits is simulated only until
+/// it is certain not to beat the fastest so far (evaluate's `limit`): the
+/// same counts, rungs and result as simulating each to its end, since a
+/// count that does not beat it is one that does not pay.
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,

@@ -52,6 +52,9 @@ public:
 
   /// Algorithm 1: simulates the whole graph; returns the iteration time.
   Seconds simulateFull();
+  /// The same, stopped as soon as the iteration time is certain to exceed
+  /// `limit` (nullopt; resume() as after stage()).
+  std::optional<Seconds> simulateFull(Seconds limit);
   /// Changes op `o`'s configuration and simulates the change (delta):
   /// stage() then resume().
   llvm::Expected<Seconds> apply(OpId o, const OpConfig &c);
@@ -108,6 +111,8 @@ private:
     Seconds end;
     int64_t done;
   };
+  /// Clears the timeline and starts a run of every task.
+  void startFull();
   /// Starts a run at position `fromSeq` from the ready tasks `initial`.
   void start(uint32_t fromSeq, const std::vector<TaskId> &initial);
   /// The makespan's lower bound from resource `r`: the time it is free plus

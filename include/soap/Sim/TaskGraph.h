@@ -14,6 +14,7 @@
 #include "soap/Machine/Collectives.h"
 #include "soap/Parallel/Strategy.h"
 #include "soap/Sim/Fold.h"
+#include "llvm/ADT/SmallVector.h"
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,36 +70,42 @@ struct TaskKey {
   }
 };
 
+/// A task's resources, predecessors or successors: most have one or two,
+/// held in the task itself (a graph of millions of tasks allocated three
+/// small vectors per task before).
+using TaskList = llvm::SmallVector<uint32_t, 2>;
+
+/// Members ordered by size, so that a task is 176 bytes, not 200.
 struct Task {
-  TaskKind kind = TaskKind::Forward;
   TaskKey key;
   Seconds exe = 0;
   Bytes bytes = 0; ///< moved by a transfer or a collective
   /// Devices [0, N) and directed links (N + link id) the task occupies.
-  std::vector<uint32_t> resources;
-  std::vector<TaskId> preds, succs;
-  OpId op = -1;      ///< the op (compute, transfer into it, its reductions)
+  TaskList resources;
+  TaskList preds, succs;
   int64_t tile = -1; ///< tile index for compute tasks
+  // Filled by the simulator.
+  Seconds ready = 0, start = 0, end = 0;
+  OpId op = -1;           ///< the op (compute, transfer into it, its reductions)
   int32_t microBatch = 0; ///< the micro-batch of a compute, transfer or
                           ///< per-micro-batch collective task
   ValueId weight = -1;    ///< the weight of a WeightGrad collective or update
-  CollectiveRole role = CollectiveRole::PartialSum;
-  uint32_t groupSize = 0;                  ///< devices in a collective
-  Collective comm = Collective::AllReduce; ///< what a collective does
+  uint32_t groupSize = 0; ///< devices in a collective
   /// A forward transfer's receiving device (for the micro-batches its stage
   /// holds). Not counted in memory: the consumer's forward frees what it
   /// received or keeps it as a saved input (`saved`), so no receive buffer
   /// is left when the backward pass peaks.
   int32_t bufferDevice = -1;
+  uint32_t seq = 0; ///< position in the simulated order (simulator)
+  TaskKind kind = TaskKind::Forward;
+  CollectiveRole role = CollectiveRole::PartialSum;
+  Collective comm = Collective::AllReduce; ///< what a collective does
   /// A collective of a folded graph whose devices span blocks (one task
   /// for all of them); every other task of a folded graph stands for one
   /// per block.
   bool spans = false;
   bool alive = false;
-  // Filled by the simulator.
-  Seconds ready = 0, start = 0, end = 0;
-  uint32_t seq = 0; ///< position in the simulated order
-  bool simulated = false;
+  bool simulated = false; ///< (simulator)
 };
 
 /// Every op's gradient-assembly bytes per device (TaskGraph's memory model)

@@ -81,7 +81,7 @@ TEST_CASE("on CPU ranks communication occupies the cores", "[Sim][cpu]") {
                     ((t.kind == TaskKind::Forward ||
                       t.kind == TaskKind::Backward ||
                       t.kind == TaskKind::Update) &&
-                     t.resources == std::vector<uint32_t>{0})))
+                     t.resources == TaskList{0})))
       busy0 += t.exe;
   CHECK(cpu.iterationTime >= busy0 * (1 - 1e-12));
 }

@@ -5,6 +5,7 @@
 
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
+#include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Sim/Simulator.h"
 #include "soap/Support/Rng.h"
 #include <catch2/catch.hpp>
@@ -159,6 +160,42 @@ TEST_CASE("soak: delta equals full over thousands of changes", "[.soak]") {
   for (const char *m : kZoo)
     for (const char *t : {"p100-4x4", "dgx-h100-2"})
       deltaEqualsFull(m, 64, t, 400, seed++);
+}
+
+TEST_CASE("a full simulation with a limit stops only past it", "[Sim]") {
+  // Searchers simulate a candidate with the time it must beat
+  // (fitMicroBatches): stopped means slower than the limit, and a run that
+  // is not stopped is the whole timeline.
+  for (const char *model : {"lenet", "transformer_small"}) {
+    INFO(model);
+    auto g = zooModel(model, 64);
+    Topology topo = exampleTopology("p100-4x4");
+    CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
+    CollectiveModel coll(topo);
+    SimContext ctx{*g, topo, cost, coll, Optimizer::Sgd};
+    auto s = builtinStrategy("expert", *g, topo);
+    if (!s)
+      FAIL(errorMessage(s.takeError()));
+    auto tg = TaskGraph::build(ctx, *s);
+    if (!tg)
+      FAIL(errorMessage(tg.takeError()));
+    Simulator sim(*tg);
+    Seconds whole = sim.simulateFull();
+    auto before = timeline(*tg);
+    for (double f : {0.25, 0.9, 0.999}) {
+      INFO("limit " << f);
+      CHECK_FALSE(sim.simulateFull(whole * f).has_value());
+      // Far below: stopped before the end.
+      if (f < 0.5)
+        CHECK(sim.lastResimulated() < tg->numAlive());
+    }
+    for (double f : {1.0, 1.5}) {
+      std::optional<Seconds> t = sim.simulateFull(whole * f);
+      REQUIRE(t.has_value());
+      CHECK(*t == whole);
+      CHECK(timeline(*tg) == before);
+    }
+  }
 }
 
 TEST_CASE("a matmul split on two devices moves the exact bytes", "[Sim]") {

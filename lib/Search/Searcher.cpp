@@ -128,8 +128,6 @@ evaluate(const SearchProblem &p, const Strategy &s, size_t maxTasks,
   if (!tg)
     return tg.takeError();
   Simulator sim(*tg);
-  if (limit == std::numeric_limits<Seconds>::infinity())
-    return std::make_pair(sim.simulateFull(), tg->fits());
   std::optional<Seconds> t = sim.simulateFull(limit);
   return std::make_pair(t ? *t : std::numeric_limits<Seconds>::infinity(),
                         tg->fits());

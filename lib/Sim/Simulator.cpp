@@ -87,8 +87,7 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
 }
 
 Seconds Simulator::simulateFull() {
-  startFull();
-  return *resume();
+  return *simulateFull(std::numeric_limits<Seconds>::infinity());
 }
 
 std::optional<Seconds> Simulator::simulateFull(Seconds limit) {
@@ -109,13 +108,6 @@ void Simulator::startFull() {
   orderReady_.reserve(tg_.numAlive());
   prefixMaxEnd_.reserve(tg_.numAlive());
   std::vector<uint32_t> perResource(tg_.numResources(), 0);
-  for (const Task &t : tasks)
-    if (t.alive)
-      for (uint32_t r : t.resources)
-        ++perResource[r];
-  for (size_t r = 0; r < perResource.size(); ++r)
-    if (exclusive_[r])
-      resourceLog_[r].reserve(perResource[r]);
   std::vector<TaskId> initial;
   for (TaskId id = 0; id < tasks.size(); ++id) {
     Task &t = tasks[id];
@@ -126,7 +118,12 @@ void Simulator::startFull() {
     remaining_[id] = static_cast<uint32_t>(t.preds.size());
     if (t.preds.empty())
       initial.push_back(id);
+    for (uint32_t r : t.resources)
+      ++perResource[r];
   }
+  for (size_t r = 0; r < perResource.size(); ++r)
+    if (exclusive_[r])
+      resourceLog_[r].reserve(perResource[r]);
   start(0, initial);
 }
 

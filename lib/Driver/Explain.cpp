@@ -70,7 +70,7 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   std::vector<TaskId> path = sim.criticalPath();
   for (TaskId id : path)
     onPath[id] = true;
-  Seconds byKind[6] = {0, 0, 0, 0, 0, 0};
+  Seconds byKind[7] = {0, 0, 0, 0, 0, 0, 0};
   for (TaskId id = 0; id < tasks.size(); ++id) {
     const Task &t = tasks[id];
     if (!t.alive)
@@ -87,6 +87,7 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
+    case TaskKind::WeightGrad:
     case TaskKind::Update:
       if (row)
         row->compute += t.exe;
@@ -122,7 +123,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   cp["tasks"] = path.size();
   cp["busy_s"] = total;
   cp["compute_s"] =
-      byKind[int(TaskKind::Forward)] + byKind[int(TaskKind::Backward)];
+      byKind[int(TaskKind::Forward)] + byKind[int(TaskKind::Backward)] +
+      byKind[int(TaskKind::WeightGrad)];
   cp["transfer_s"] = byKind[int(TaskKind::Transfer)];
   cp["collective_s"] = byKind[int(TaskKind::Collective)];
   cp["update_s"] = byKind[int(TaskKind::Update)];

@@ -41,7 +41,11 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
     }
     const KernelTimes *t = &it->second;
     cc.fwd = std::min(cc.fwd, t->forward);
-    cc.bwd = std::min(cc.bwd, t->backward());
+    // Of an op with weights, the backward-data kernel: the weight
+    // gradients are tasks of their own that no input gradient waits for.
+    bool weighted = !op.sem.weightInputs.empty() &&
+                    !p.topo.deviceSpec().commOccupiesCompute;
+    cc.bwd = std::min(cc.bwd, weighted ? t->backwardData : t->backward());
     for (int32_t r = 0; r < c.replicas; ++r) {
       load[c.device(k, r)][Fwd] += t->forward;
       load[c.device(k, r)][Bwd] += t->backward();

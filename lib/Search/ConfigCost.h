@@ -23,7 +23,9 @@ struct ConfigCost {
   std::vector<std::pair<DeviceId, PhaseLoad>> load;
   PhaseLoad work{};  ///< load summed over devices, by phase
   Seconds fwd = 0;   ///< the quickest tile's forward
-  Seconds bwd = 0;   ///< the quickest tile's backward
+  /// The quickest tile's backward: its backward-data kernel where the op
+  /// has weights (TaskKind::WeightGrad: what the chains pass through).
+  Seconds bwd = 0;
   Seconds sync = 0;  ///< the quickest weight-gradient all-reduce (or 0)
   /// After the backward: the slowest shard group's all-reduce plus its
   /// optimizer step (0 without weights of its own).

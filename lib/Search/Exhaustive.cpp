@@ -15,7 +15,8 @@
 //    released then or later (the single-machine head bound).
 // The first upper bound is the best of the baselines and a short MCMC run.
 // Leaves are simulated in full. The search stops at the budget (leaves
-// simulated or seconds) and then reports that optimality is not proven.
+// simulated, and 20,000 partial strategies bounded per leaf of it; or
+// seconds) and then reports that optimality is not proven.
 #include "ConfigCost.h"
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Search/Searcher.h"
@@ -40,6 +41,8 @@ struct Choice {
 
 /// Proposals of the MCMC run that gives the first upper bound.
 constexpr uint64_t kIncumbentProposals = 2000;
+/// Partial strategies bounded per proposal of a budget of proposals.
+constexpr uint64_t kBoundsPerProposal = 20000;
 
 class Exhaustive : public Searcher {
 public:
@@ -157,6 +160,8 @@ public:
     start_ = std::chrono::steady_clock::now();
     stopped_ = false;
     leaves_ = 0;
+    nodes_ = 0;
+    bounded_ = 0;
     current_.configs.assign(g.numOps(), OpConfig());
     load_.assign(n, 0);
     chosen_.assign(g.numOps(), nullptr);
@@ -176,8 +181,9 @@ public:
                        g.sourcePath);
     if (stopped_)
       spdlog::warn("exhaustive: budget exhausted after {} simulated "
-                   "strategies; the result is not proven optimal",
-                   leaves_);
+                   "strategies and {} bounded partial ones; the result is "
+                   "not proven optimal",
+                   leaves_, bounded_);
     else
       spdlog::info("exhaustive: optimal after {} simulated strategies",
                    leaves_);
@@ -203,6 +209,18 @@ private:
   llvm::Error dfs(size_t op, Seconds work) {
     if (stopped_)
       return llvm::Error::success();
+    // The seconds budget and the deadline hold where the bounds prune
+    // every branch short of a leaf too.
+    if ((++nodes_ & 4095) == 0 && op < choices_.size() &&
+        (o_->pastDeadline() ||
+         (o_->budget.seconds > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        start_)
+                  .count() > o_->budget.seconds))) {
+      best_.timedOut = o_->pastDeadline();
+      stopped_ = true;
+      return llvm::Error::success();
+    }
     if (op == choices_.size()) {
       if (outOfBudget()) {
         stopped_ = true;
@@ -219,6 +237,14 @@ private:
       return llvm::Error::success();
     }
     for (const Choice &c : choices_[op]) {
+      // A budget of proposals bounds the partial strategies too (where the
+      // bounds prune every branch a few ops short of a leaf, a handful of
+      // leaves can take minutes): deterministic, as proposals are.
+      if (o_->budget.proposals &&
+          ++bounded_ > o_->budget.proposals * kBoundsPerProposal) {
+        stopped_ = true;
+        return llvm::Error::success();
+      }
       Seconds busiest = 0;
       for (DeviceId d = 0; d < n_; ++d)
         busiest = std::max(busiest, load_[d]);
@@ -246,8 +272,9 @@ private:
   }
 
   /// The longest dependency chain: on a path o1 -> ... -> ok of ops,
-  /// fwd(o1) .. fwd(ok) then bwd(ok) .. bwd(oj) run one after another, and
-  /// then oj's weight gradients are all-reduced and its weights updated.
+  /// fwd(o1) .. fwd(ok) then bwd(ok) .. bwd(oj) run one after another (of
+  /// an op with weights its backward-data: ConfigCost::bwd), and then oj's
+  /// weight gradients are all-reduced and its weights updated.
   /// So the iteration takes at least, for every op oj, the longest forward
   /// path into it, plus the longest fwd+bwd path out of it, plus its tail,
   /// each op at its quickest tile: ops below `assigned` as chosen, later
@@ -327,6 +354,8 @@ private:
   const SearchOptions *o_ = nullptr;
   size_t n_ = 0;
   uint64_t leaves_ = 0;
+  uint64_t nodes_ = 0;   ///< dfs() calls, for the budget checks
+  uint64_t bounded_ = 0; ///< partial strategies bounded
   bool stopped_ = false;
   std::chrono::steady_clock::time_point start_;
 };

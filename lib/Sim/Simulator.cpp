@@ -402,6 +402,7 @@ SimMetrics Simulator::metrics() const {
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
+    case TaskKind::WeightGrad:
     case TaskKind::Update:
       m.computeTime += t.exe * double(copies);
       break;
@@ -432,6 +433,7 @@ SimMetrics Simulator::metrics() const {
     switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Backward:
+    case TaskKind::WeightGrad:
       m.criticalCompute += t.exe;
       break;
     case TaskKind::Transfer:

@@ -12,8 +12,9 @@
 namespace soap {
 
 llvm::StringRef taskKindName(TaskKind k) {
-  static const char *names[] = {"forward",    "backward", "transfer",
-                                "collective", "update",   "gate"};
+  static const char *names[] = {"forward", "backward", "transfer",
+                                "collective", "update", "gate",
+                                "weight-grad"};
   return names[static_cast<int>(k)];
 }
 
@@ -148,6 +149,61 @@ llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &tile) {
   return *t;
 }
 
+bool TaskGraph::defersWeightGrad(OpId o) const {
+  if (gradAnchor_[size_t(o)] < 0 || !splitsWeightGrad())
+    return false;
+  // Some weight shard of o's is on two devices: its gradient is all-reduced
+  // (or reduce-scattered), which the deferral lets start sooner; with none,
+  // deferring would only hold memory longer.
+  const Op &op = ctx_->graph.op(o);
+  const OpConfig &c = strategy_.configs[size_t(o)];
+  for (int i : op.sem.weightInputs) {
+    std::map<std::vector<int64_t>, DeviceId> first;
+    for (int64_t k = 0; k < c.numTiles(); ++k) {
+      Box b = op.sem.inputRegion(i, c.tile(op.sem, k));
+      std::vector<int64_t> bk = b.lo;
+      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
+      for (int32_t r = 0; r < c.replicas; ++r) {
+        auto [it, fresh] = first.emplace(bk, c.device(k, r));
+        if (!fresh && it->second != c.device(k, r))
+          return true;
+      }
+    }
+  }
+  return false;
+}
+
+void TaskGraph::deferWeightGrad(OpId later, OpId anchor) {
+  const OpTasks &lt = opTasks_[size_t(later)], &at = opTasks_[size_t(anchor)];
+  if (lt.wgrad.empty() || at.bwd.empty())
+    return; // not built yet: its own buildOp links them
+  const OpConfig &lc = strategy_.configs[size_t(later)];
+  const OpConfig &ac = strategy_.configs[size_t(anchor)];
+  int32_t m = strategy_.pipeline.microBatches;
+  int64_t lper = lc.numTasks(), aper = ac.numTasks();
+  std::map<DeviceId, std::vector<TaskId>> on;
+  for (int32_t mb = 0; mb < m; ++mb) {
+    on.clear();
+    for (int64_t k = 0; k < ac.numTiles(); ++k)
+      for (int32_t r = 0; r < ac.replicas; ++r) {
+        TaskId b = at.bwd[size_t(mb * aper + k * ac.replicas + r)];
+        if (b != kNoTask)
+          on[ac.device(k, r)].push_back(b);
+      }
+    for (int64_t k = 0; k < lc.numTiles(); ++k)
+      for (int32_t r = 0; r < lc.replicas; ++r) {
+        auto it = on.find(lc.device(k, r));
+        if (it == on.end())
+          continue;
+        size_t i = size_t(mb * lper + k * lc.replicas + r) * lt.weightsPer;
+        for (size_t j = 0; j < lt.weightsPer; ++j)
+          if (lt.wgrad[i + j] != kNoTask)
+            for (TaskId b : it->second)
+              link(b, lt.wgrad[i + j]);
+      }
+  }
+}
+
 namespace detail {
 
 std::vector<int64_t> groupTiles(const OpConfig &c,
@@ -194,6 +250,19 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   int64_t per = tiles * reps; // tasks per micro-batch
   ot.fwd.assign(size_t(m * per), kNoTask);
   ot.bwd.assign(size_t(m * per), kNoTask);
+  // An op with weights runs its backward-weight kernel as a task per
+  // weight (an LSTM's input and recurrent weights and bias), so that what
+  // waits only for the input gradients (the ops before it) or for one
+  // weight's gradient (its all-reduce) need not wait for the rest.
+  // (Not where communication occupies the compute units, CPU ranks:
+  // soap-run's CPU backend runs an op's backward whole, and nothing would
+  // run beside an all-reduce there anyway.)
+  bool splitWeight = weightedPos_[size_t(o)] >= 0 && splitsWeightGrad();
+  const std::vector<int> &wins = op.sem.weightInputs;
+  ot.weightsPer = splitWeight ? wins.size() : 1;
+  ot.wgrad.assign(size_t(m * per) * ot.weightsPer, kNoTask);
+  assert(tiles < (int64_t(1) << 28) && wins.size() <= 16 &&
+         "a weight-gradient key holds the tile in 28 bits");
   uint32_t uo = static_cast<uint32_t>(o);
   for (int64_t k = 0; k < tiles; ++k) {
     bool any = false;
@@ -202,9 +271,19 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     if (!any)
       continue;
     // Every micro-batch's tile has the same extents: one kernel time.
-    auto kt = kernelTimes(o, microBatchTile(c, op.sem, k, 0, m));
+    Box tileBox = microBatchTile(c, op.sem, k, 0, m);
+    auto kt = kernelTimes(o, tileBox);
     if (!kt)
       return kt.takeError();
+    // Each weight's share of the backward-weight time: its elements'.
+    std::vector<double> share(ot.weightsPer, 1.0 / double(ot.weightsPer));
+    if (splitWeight) {
+      double total = 0;
+      for (size_t j = 0; j < wins.size(); ++j)
+        total += share[j] = double(op.sem.inputRegion(wins[j], tileBox).volume());
+      for (double &x : share)
+        x = total > 0 ? x / total : 1.0 / double(wins.size());
+    }
     for (int32_t mb = 0; mb < m; ++mb)
       for (int32_t r = 0; r < reps; ++r) {
         DeviceId d = c.device(k, r);
@@ -224,7 +303,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         b.kind = TaskKind::Backward;
         b.key = key(TaskKind::Backward, uo, static_cast<uint32_t>(k), rk);
         // A recomputed op runs its forward again first.
-        b.exe = kt->backward() +
+        b.exe = (splitWeight ? kt->backwardData : kt->backward()) +
                 (strategy_.recomputes(o) ? kt->forward : Seconds(0));
         b.resources = {d};
         b.op = o;
@@ -232,12 +311,40 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         b.microBatch = mb;
         TaskId bid = newTask(std::move(b));
         link(fid, bid);
-        ot.fwd[size_t(mb * per + k * reps + r)] = fid;
-        ot.bwd[size_t(mb * per + k * reps + r)] = bid;
+        size_t i = size_t(mb * per + k * reps + r);
+        ot.fwd[i] = fid;
+        ot.bwd[i] = bid;
         ot.own.push_back(fid);
         ot.own.push_back(bid);
+        for (size_t j = 0; j < ot.weightsPer; ++j) {
+          TaskId wid = bid;
+          if (splitWeight) {
+            Task w;
+            w.kind = TaskKind::WeightGrad;
+            w.key = key(TaskKind::WeightGrad, uo,
+                        static_cast<uint32_t>(k) | (uint32_t(j) << 28), rk);
+            w.exe = kt->backwardWeight * share[j];
+            w.resources = {d};
+            w.op = o;
+            w.tile = k;
+            w.microBatch = mb;
+            wid = newTask(std::move(w));
+            link(bid, wid);
+            ot.own.push_back(wid);
+          }
+          ot.wgrad[i * ot.weightsPer + j] = wid;
+        }
       }
   }
+  // Weight gradients wait one weighted op (Megatron-LM's deferred
+  // embedding gradient, for every weight): this op's for its anchor's
+  // backward-data on the same device, those anchored on it for its own. The
+  // link is made by whichever of the two is built second.
+  if (defersWeightGrad(o))
+    deferWeightGrad(o, gradAnchor_[size_t(o)]);
+  for (OpId later : anchoredBy_[size_t(o)])
+    if (defersWeightGrad(later))
+      deferWeightGrad(later, o);
   std::vector<TaskId> fwdReady = ot.fwd, bwdReady = ot.bwd;
   auto members = [&](const std::vector<bool> &free, int64_t &groups) {
     std::vector<int64_t> g = groupTiles(c, free, groups);
@@ -397,6 +504,13 @@ void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
           item.second ? opTasks_[o].bwd : opTasks_[o].fwd;
       ts.insert(ts.end(), v.begin() + item.first * per,
                 v.begin() + (item.first + 1) * per);
+      // A backward item ends with its weight gradients.
+      const OpTasks &ot = opTasks_[o];
+      if (item.second && ot.weightsPer > 0 && ot.wgrad.size() != v.size())
+        ts.insert(ts.end(),
+                  ot.wgrad.begin() + item.first * per * int64_t(ot.weightsPer),
+                  ot.wgrad.begin() +
+                      (item.first + 1) * per * int64_t(ot.weightsPer));
     }
     return ts;
   };
@@ -452,6 +566,27 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
       tg.weightedPos_[size_t(o.id)] = int32_t(tg.weighted_.size());
       tg.weighted_.push_back(o.id);
     }
+  // Each weighted op's weight gradients wait for the backward-data of the
+  // last op with weights (the highest id: the first to run its backward)
+  // upstream of it through gradient inputs, in its pipeline stage: the one
+  // its input gradients reach next. DP in id order (ids are topological).
+  tg.gradAnchor_.assign(g.numOps(), -1);
+  tg.anchoredBy_.assign(g.numOps(), {});
+  std::vector<OpId> upstream(g.numOps(), -1);
+  for (const Op &o : g.ops()) {
+    for (int i : o.sem.gradInputs) {
+      ValueId v = o.inputs[size_t(i)];
+      OpId p = v == kNoValue ? -1 : g.value(v).producer;
+      if (p < 0 || s.pipeline.stage(p) != s.pipeline.stage(o.id))
+        continue;
+      OpId best = tg.weightedPos_[size_t(p)] >= 0 ? p : upstream[size_t(p)];
+      upstream[size_t(o.id)] = std::max(upstream[size_t(o.id)], best);
+    }
+    if (tg.weightedPos_[size_t(o.id)] >= 0 && upstream[size_t(o.id)] >= 0) {
+      tg.gradAnchor_[size_t(o.id)] = upstream[size_t(o.id)];
+      tg.anchoredBy_[size_t(upstream[size_t(o.id)])].push_back(o.id);
+    }
+  }
   tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
   tg.work_.assign(tg.numResources(), 0);
   tg.peaks_.assign(ctx.topo.numDevices(), PeakTree());
@@ -759,6 +894,10 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
   if (pos >= 0 && pos + 1 < int32_t(weighted_.size()) &&
       pipe.stage(weighted_[size_t(pos + 1)]) == pipe.stage(o))
     prefetchedAt = weighted_[size_t(pos + 1)];
+  // o's weight gradients wait for its anchor's backward-data (buildOp):
+  // until then o's saved activations and output gradients are held, through
+  // the backward of the ops in between.
+  size_t deferredTo = defersWeightGrad(o) ? size_t(gradAnchor_[uo]) : uo;
   // Whether ZeRO shards weight input i over several devices: some other
   // tile or replica reading the same region runs elsewhere (as buildWeight
   // groups shards; other ops sharing the weight are not looked at).
@@ -791,10 +930,12 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     // inputs and weights get none here; weight gradients are accumulated in
     // place, `gradients`).
     Bytes during = ctx_->cost.memory(g, op, mbTile, ctx_->optimizer).workspace;
+    Bytes outGrads = 0;
     for (size_t j = 0; j < op.outputs.size(); ++j)
       if (op.outputs[j] != kNoValue && isFloating(outT[j]))
-        during +=
+        outGrads +=
             op.sem.outputRegion(int(j), mbTile).volume() * dtypeBytes(outT[j]);
+    during += outGrads;
     // An input gradient lives from this backward until its producer's
     // backward sums it (through every op in between: a residual's gradient
     // across a block).
@@ -856,6 +997,7 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       dm.saved += sign * kept * inFlight;
       t.rangeAdd(0, n, sign * kept * (inFlight - 1));
       t.rangeAdd(uo, n, sign * kept);
+      t.rangeAdd(deferredTo, uo, sign * (kept + outGrads));
       if (sign > 0)
         kernelMem_[uo][d] += during;
       for (const auto &[from, b] : waiting)

@@ -398,24 +398,33 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     Box box;
     DeviceId device;
     OpId op;
-    std::vector<TaskId> fwd, bwd; ///< every micro-batch's forward, backward
+    /// Every micro-batch's forward, backward (data) and weight-gradient
+    /// task (TaskKind::WeightGrad).
+    std::vector<TaskId> fwd, bwd, wgrad;
   };
   int32_t m = strategy_.pipeline.microBatches;
   std::vector<Shard> shards;
   for (OpId o : wv.users) {
     const Op &op = ctx_->graph.op(o);
     const OpConfig &c = strategy_.configs[o];
+    // Which of the op's weight gradients is this input's.
+    size_t ws = opTasks_[o].weightsPer;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       if (op.inputs[i] != w)
         continue;
+      size_t j = ws == 1 ? 0
+                         : size_t(std::find(op.sem.weightInputs.begin(),
+                                            op.sem.weightInputs.end(), int(i)) -
+                                  op.sem.weightInputs.begin());
       for (int64_t k = 0; k < c.numTiles(); ++k) {
         Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));
         for (int32_t r = 0; r < c.replicas; ++r) {
-          Shard sh{b, c.device(k, r), o, {}, {}};
+          Shard sh{b, c.device(k, r), o, {}, {}, {}};
           for (int32_t mb = 0; mb < m && !memoryOnly_; ++mb) {
             size_t t = size_t(mb * c.numTasks() + k * c.replicas + r);
             sh.fwd.push_back(opTasks_[o].fwd[t]);
             sh.bwd.push_back(opTasks_[o].bwd[t]);
+            sh.wgrad.push_back(opTasks_[o].wgrad[t * ws + j]);
           }
           shards.push_back(std::move(sh));
         }
@@ -505,7 +514,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
         TaskId sync = newCollective(CollectiveRole::WeightGrad, 0,
                                     Collective::AllReduce, 0);
         for (size_t i : members)
-          for (TaskId b : shards[i].bwd)
+          for (TaskId b : shards[i].wgrad)
             link(b, sync);
         reduced.push_back(sync);
       }
@@ -513,7 +522,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, 0, 0),
                                 Collective::ReduceScatter, 0);
       for (size_t i : members)
-        for (TaskId b : shards[i].bwd)
+        for (TaskId b : shards[i].wgrad)
           link(b, rs);
       reduced.push_back(rs);
     } else {
@@ -521,7 +530,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
         TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, mb, 0),
                                   Collective::ReduceScatter, mb);
         for (size_t i : members)
-          link(shards[i].bwd[size_t(mb)], rs);
+          link(shards[i].wgrad[size_t(mb)], rs);
         reduced.push_back(rs);
       }
     }
@@ -576,7 +585,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       else
         for (size_t i : members)
           if (shards[i].device == d)
-            for (TaskId b : shards[i].bwd)
+            for (TaskId b : shards[i].wgrad)
               link(b, id);
     }
     if (sharded && zs < 3) {

@@ -73,6 +73,13 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     uint32_t seq;
     ReplayTask task;
   };
+  // The replay runs an op's backward-data and backward-weight kernels
+  // back to back, as one backward: a weight-gradient task's time joins its
+  // backward task's (the same op, tile, micro-batch and replica).
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, Seconds> weightGrad;
+  for (const Task &t : sim.graph().tasks())
+    if (t.alive && t.kind == TaskKind::WeightGrad)
+      weightGrad[{t.key.a, t.key.b, t.key.c}] = t.exe;
   std::vector<Ordered> all;
   for (const Task &t : sim.graph().tasks()) {
     if (!t.alive ||
@@ -91,7 +98,12 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     rt.replica = static_cast<int32_t>(t.key.c);
     rt.signature = opSignature(*rp.graph, op, rt.box);
     rt.predicted = t.exe;
-    rt.predictedKernels = t.exe;
+    if (rt.backward) {
+      auto w = weightGrad.find({t.key.a, t.key.b, t.key.c});
+      if (w != weightGrad.end())
+        rt.predicted += w->second;
+    }
+    rt.predictedKernels = rt.predicted;
     if (db)
       if (const KernelEntry *e = db->find(rt.signature))
         rt.predictedKernels =

@@ -84,7 +84,8 @@ static int exitCodeOf(llvm::Error err) {
 }
 
 /// The simulator's peak memory of every device under the plan, as
-/// `soapc simulate` computes it.
+/// `soapc simulate` computes it for a runtime that runs each op's backward
+/// whole, as soap-run does.
 static llvm::Expected<std::vector<TaskGraph::DeviceMemory>> predictedMemory() {
   DriverOptions o;
   o.modelPath = modelPath;
@@ -94,6 +95,9 @@ static llvm::Expected<std::vector<TaskGraph::DeviceMemory>> predictedMemory() {
   if (!ps)
     return ps.takeError();
   SimContext ctx = ps->session->problem().context();
+  // soap-run runs an op's backward whole: its weight gradients are not
+  // deferred, so nothing is held for them.
+  ctx.splitWeightGrad = false;
   auto tg = TaskGraph::build(ctx, ps->strategy);
   if (!tg)
     return tg.takeError();

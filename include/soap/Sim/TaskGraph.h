@@ -30,12 +30,19 @@ constexpr TaskId kNoTask = ~TaskId(0);
 
 enum class TaskKind : uint8_t {
   Forward,    ///< a tile's forward kernel, on its device
-  Backward,   ///< a tile's backward-data and backward-weight kernels
+  Backward,   ///< a tile's backward-data kernel (with the recomputed
+              ///< forward first, where the op is recomputed); of an op
+              ///< without weights, its whole backward
   Transfer,   ///< a region sent between two devices, on the route's links
   Collective, ///< all-reduce of partial sums, statistics or weight gradients
   Update,     ///< the optimizer step of a weight shard
   Gate,       ///< a pipeline stage's schedule: no time, no resource; its
               ///< next micro-batch item waits for the previous one
+  WeightGrad, ///< a tile's backward-weight kernel, after its backward-data
+              ///< kernel; last in key order, so that when both are ready
+              ///< together a device runs the next op's backward-data first
+              ///< (the weight gradient deferred, as Megatron-LM defers the
+              ///< embedding's)
 };
 llvm::StringRef taskKindName(TaskKind k);
 
@@ -154,6 +161,12 @@ struct SimContext {
   /// edge of that kind (TaskGraph::edgePlan); false derives every edge's
   /// own (the same graph, slower: for tests that compare the two).
   bool shareEdgePlans = true;
+  /// The runtime runs an op's weight gradients as tasks of their own after
+  /// its backward-data, deferred one weighted op (TaskKind::WeightGrad), as
+  /// a GPU runtime with a communication stream does; false: an op's
+  /// backward is one task, as soap-run runs it (its memory prediction).
+  /// Never on devices whose communication occupies them (CPU ranks).
+  bool splitWeightGrad = true;
   /// Where builds of one search keep what the next build of the same
   /// configurations reuses (null: nothing kept).
   std::shared_ptr<AssemblyCache> assembly = nullptr;
@@ -240,7 +253,9 @@ public:
   /// output and input gradients, or while it assembles its output gradients
   /// the readers' pieces and those received from other devices; gradients
   /// waiting for their producer, recomputed activations, ZeRO's gathered
-  /// weights and whole weight gradients), which can be less than a workspace
+  /// weights and whole weight gradients; an op's saved activations and
+  /// output gradients until its deferred weight gradients have run, through
+  /// the previous weighted op's backward), which can be less than a workspace
   /// since the later ops' saved activations are freed by then.
   struct DeviceMemory {
     Bytes weights = 0, gradients = 0, optimizer = 0, saved = 0, buffers = 0,
@@ -290,6 +305,11 @@ private:
   /// is [mb * numTasks + k * replicas + r].
   struct OpTasks {
     std::vector<TaskId> fwd, bwd; ///< per micro-batch and task
+    /// Per micro-batch, task and weight input (sem.weightInputs): the
+    /// weight-gradient task, [(mb * tasks + t) * weightsPer + j]; of an op
+    /// without weights, the backward task (weightsPer 1).
+    std::vector<TaskId> wgrad;
+    size_t weightsPer = 1;
     /// Per micro-batch, output and tile: output ready (after reductions),
     /// [(mb * outputs + j) * tiles + k].
     std::vector<TaskId> fwdOut;
@@ -303,6 +323,20 @@ private:
                   std::vector<Seconds> &removedReady);
   void link(TaskId from, TaskId to);
   llvm::Error buildOp(OpId o);
+  /// Links op `anchor`'s backward-data tasks to op `later`'s weight-gradient
+  /// tasks on the same device and micro-batch, once both are built.
+  void deferWeightGrad(OpId later, OpId anchor);
+  /// Whether op `o`'s weight gradients wait for its anchor (gradAnchor_):
+  /// it has one, and o's configuration holds a weight shard on two devices
+  /// (a gradient all-reduce the deferral lets start sooner), where
+  /// splitsWeightGrad().
+  bool defersWeightGrad(OpId o) const;
+  /// Weight gradients are tasks of their own (SimContext::splitWeightGrad,
+  /// not on CPU ranks).
+  bool splitsWeightGrad() const {
+    return ctx_->splitWeightGrad &&
+           !ctx_->topo.deviceSpec().commOccupiesCompute;
+  }
   /// Builds edge `e`'s transfers; with `count`, only counts them into it.
   void buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count = nullptr);
   /// One transfer of an edge (or, when both ends are on one device, one
@@ -382,6 +416,10 @@ private:
   std::map<ValueId, std::vector<std::pair<DeviceId, DeviceMemory>>> weightMem_;
   std::vector<OpId> weighted_;       ///< ops with weights, in id order
   std::vector<int32_t> weightedPos_; ///< per op: index in weighted_, or -1
+  /// Per weighted op: the op whose backward-data its weight gradients wait
+  /// for (prepare()), or -1; and per op, the ops that wait for it.
+  std::vector<OpId> gradAnchor_;
+  std::vector<std::vector<OpId>> anchoredBy_;
   /// The backward pass's memory over time, per device: leaf o is what the
   /// device holds (beyond weights, gradients, optimizer state and buffers)
   /// while op o's backward runs. Ops run their backward in descending id

@@ -186,3 +186,102 @@ TEST_CASE("An LSTM layer split on its hidden units exchanges its state every "
   for (const Task *t : ex)
     CHECK(t->end > t->start);
 }
+
+TEST_CASE("weight gradients are tasks of their own, one weighted op late",
+          "[Sim]") {
+  // An embedding, an LSTM layer (input and recurrent weights, bias) and a
+  // projection, data parallel over p100-4x4's 16 GPUs. Each weight's
+  // gradient is a task after the op's backward-data task, and waits for
+  // the previous weighted op's backward-data (Megatron-LM's deferred
+  // embedding gradient): the embedding's gradient is all-reduced while the
+  // LSTM computes its own, and the LSTM's input weights' while it computes
+  // its recurrent weights'.
+  const int64_t T = 40, N = 2048, V = 10000, H = 1024;
+  GraphBuilder b;
+  ValueId ids = b.input({T, N}, DType::I64);
+  ValueId emb = b.weight({V, H});
+  ValueId e = b.op("Gather", {emb, ids}, {{T, N, H}})[0];
+  ValueId w = b.weight({1, 4 * H, H}), r = b.weight({1, 4 * H, H}),
+          bias = b.weight({1, 8 * H});
+  ValueId y = b.op("LSTM", {e, w, r, bias}, {{T, 1, N, H}},
+                   {{"hidden_size", H}})[0];
+  b.op("MatMul", {y, b.weight({H, V})}, {{T, 1, N, V}});
+  requireOk(b.g.computeSemantics());
+  Topology topo = exampleTopology("p100-4x4");
+  CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
+  CollectiveModel coll(topo);
+  SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
+  Strategy s;
+  for (const Op &o : b.g.ops()) {
+    OpConfig c = OpConfig::single(o.sem, 0);
+    size_t l = 0; // the sample loop: the only one of N's size
+    while (o.sem.loops[l].size != N)
+      ++l;
+    c.degree[l] = 16;
+    c.devices.clear();
+    for (DeviceId d = 0; d < 16; ++d)
+      c.devices.push_back(d);
+    s.configs.push_back(c);
+  }
+  auto tg = TaskGraph::build(ctx, s);
+  if (!tg)
+    FAIL(errorMessage(tg.takeError()));
+  Simulator sim(*tg);
+  sim.simulateFull();
+  const OpId gather = 0, lstm = 1;
+  const Op &lop = b.g.op(lstm);
+  auto kt = cost.kernel(b.g, lop, s.configs[lstm].tile(lop.sem, 0));
+  if (!kt)
+    FAIL(errorMessage(kt.takeError()));
+  // Device 0's tasks of an op, by kind.
+  auto on0 = [&](OpId o, TaskKind k) {
+    std::vector<const Task *> out;
+    for (const Task &t : tg->tasks())
+      if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
+        out.push_back(&t);
+    std::sort(out.begin(), out.end(), [](const Task *a, const Task *b) {
+      return a->key < b->key;
+    });
+    return out;
+  };
+  auto bwd = on0(lstm, TaskKind::Backward);
+  auto wg = on0(lstm, TaskKind::WeightGrad);
+  REQUIRE(bwd.size() == 1);
+  REQUIRE(wg.size() == 3); // W, R, B in input order
+  CHECK(bwd[0]->exe == kt->backwardData);
+  CHECK(wg[0]->exe + wg[1]->exe + wg[2]->exe ==
+        Approx(kt->backwardWeight).epsilon(1e-12));
+  // Shares by elements: 4H x H, 4H x H, 8H.
+  CHECK(wg[0]->exe == Approx(kt->backwardWeight * double(4 * H * H) /
+                             double(8 * H * H + 8 * H)));
+  CHECK(wg[2]->exe / wg[0]->exe == Approx(double(8 * H) / double(4 * H * H)));
+  auto gbwd = on0(gather, TaskKind::Backward);
+  auto gwg = on0(gather, TaskKind::WeightGrad);
+  REQUIRE(gbwd.size() == 1);
+  REQUIRE(gwg.size() == 1);
+  for (const Task *t : wg) {
+    // After the LSTM's backward-data and the embedding's.
+    CHECK(t->start >= bwd[0]->end);
+    CHECK(t->start >= gbwd[0]->end);
+  }
+  // The embedding's gradient runs first, and its all-reduce (and the
+  // LSTM's input weights') overlaps the LSTM's weight gradients.
+  CHECK(gwg[0]->start < wg[0]->start);
+  auto allReduce = [&](ValueId v) -> const Task * {
+    for (const Task &t : tg->tasks())
+      if (t.alive && t.kind == TaskKind::Collective && t.weight == v)
+        return &t;
+    return nullptr;
+  };
+  const Task *embSync = allReduce(emb), *wSync = allReduce(w),
+             *rSync = allReduce(r);
+  REQUIRE((embSync && wSync && rSync));
+  INFO("embedding all-reduce " << embSync->start << " s, W's "
+                               << wSync->start << ", R's " << rSync->start
+                               << "; R's gradient ends " << wg[1]->end);
+  CHECK(embSync->ready <= wg[0]->start);
+  CHECK(wSync->ready == wg[0]->end);
+  CHECK(rSync->ready == wg[1]->end);
+  CHECK(embSync->start < wg[1]->end);
+  CHECK(wSync->start < wg[1]->end);
+}

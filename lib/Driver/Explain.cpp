@@ -122,9 +122,9 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   Json cp;
   cp["tasks"] = path.size();
   cp["busy_s"] = total;
-  cp["compute_s"] =
-      byKind[int(TaskKind::Forward)] + byKind[int(TaskKind::Backward)] +
-      byKind[int(TaskKind::WeightGrad)];
+  cp["compute_s"] = byKind[int(TaskKind::Forward)] +
+                    byKind[int(TaskKind::Backward)] +
+                    byKind[int(TaskKind::WeightGrad)];
   cp["transfer_s"] = byKind[int(TaskKind::Transfer)];
   cp["collective_s"] = byKind[int(TaskKind::Collective)];
   cp["update_s"] = byKind[int(TaskKind::Update)];

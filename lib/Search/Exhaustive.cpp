@@ -212,11 +212,10 @@ private:
     // The seconds budget and the deadline hold where the bounds prune
     // every branch short of a leaf too.
     if ((++nodes_ & 4095) == 0 && op < choices_.size() &&
-        (o_->pastDeadline() ||
-         (o_->budget.seconds > 0 &&
-          std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                        start_)
-                  .count() > o_->budget.seconds))) {
+        (o_->pastDeadline() || (o_->budget.seconds > 0 &&
+                                std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - start_)
+                                        .count() > o_->budget.seconds))) {
       best_.timedOut = o_->pastDeadline();
       stopped_ = true;
       return llvm::Error::success();

@@ -12,8 +12,8 @@
 namespace soap {
 
 llvm::StringRef taskKindName(TaskKind k) {
-  static const char *names[] = {"forward", "backward", "transfer",
-                                "collective", "update", "gate",
+  static const char *names[] = {"forward",    "backward", "transfer",
+                                "collective", "update",   "gate",
                                 "weight-grad"};
   return names[static_cast<int>(k)];
 }
@@ -280,7 +280,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     if (splitWeight) {
       double total = 0;
       for (size_t j = 0; j < wins.size(); ++j)
-        total += share[j] = double(op.sem.inputRegion(wins[j], tileBox).volume());
+        total += share[j] =
+            double(op.sem.inputRegion(wins[j], tileBox).volume());
       for (double &x : share)
         x = total > 0 ? x / total : 1.0 / double(wins.size());
     }

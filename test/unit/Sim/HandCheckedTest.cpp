@@ -13,6 +13,22 @@ using namespace soap::test;
 
 namespace {
 
+/// Every op of `g` with loop `loop(op)` split `degree` ways over devices
+/// 0 .. degree - 1.
+template <typename LoopOf>
+Strategy splitEvery(const Graph &g, LoopOf loop, int32_t degree) {
+  Strategy s;
+  for (const Op &o : g.ops()) {
+    OpConfig c = OpConfig::single(o.sem, 0);
+    c.degree[loop(o)] = degree;
+    c.devices.clear();
+    for (int32_t d = 0; d < degree; ++d)
+      c.devices.push_back(static_cast<DeviceId>(d));
+    s.configs.push_back(c);
+  }
+  return s;
+}
+
 const Task *find(const TaskGraph &tg, TaskKind kind, OpId op) {
   for (const Task &t : tg.tasks())
     if (t.alive && t.kind == kind && t.op == op)
@@ -89,15 +105,8 @@ TEST_CASE("SOYBEAN's MLP under data and model parallelism", "[Sim]") {
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
   auto run = [&](int loop, int32_t degree) {
-    Strategy s;
-    for (const Op &o : b.g.ops()) {
-      OpConfig c = OpConfig::single(o.sem, 0);
-      c.degree[loop] = degree;
-      c.devices.clear();
-      for (int32_t d = 0; d < degree; ++d)
-        c.devices.push_back(static_cast<DeviceId>(d));
-      s.configs.push_back(c);
-    }
+    Strategy s = splitEvery(
+        b.g, [&](const Op &) { return size_t(loop); }, degree);
     auto tg = TaskGraph::build(ctx, s);
     if (!tg)
       FAIL(errorMessage(tg.takeError()));
@@ -203,26 +212,24 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   ValueId e = b.op("Gather", {emb, ids}, {{T, N, H}})[0];
   ValueId w = b.weight({1, 4 * H, H}), r = b.weight({1, 4 * H, H}),
           bias = b.weight({1, 8 * H});
-  ValueId y = b.op("LSTM", {e, w, r, bias}, {{T, 1, N, H}},
-                   {{"hidden_size", H}})[0];
+  ValueId y =
+      b.op("LSTM", {e, w, r, bias}, {{T, 1, N, H}}, {{"hidden_size", H}})[0];
   b.op("MatMul", {y, b.weight({H, V})}, {{T, 1, N, V}});
   requireOk(b.g.computeSemantics());
   Topology topo = exampleTopology("p100-4x4");
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
-  Strategy s;
-  for (const Op &o : b.g.ops()) {
-    OpConfig c = OpConfig::single(o.sem, 0);
-    size_t l = 0; // the sample loop: the only one of N's size
-    while (o.sem.loops[l].size != N)
-      ++l;
-    c.degree[l] = 16;
-    c.devices.clear();
-    for (DeviceId d = 0; d < 16; ++d)
-      c.devices.push_back(d);
-    s.configs.push_back(c);
-  }
+  // Split on the sample loop: the only one of N's size.
+  Strategy s = splitEvery(
+      b.g,
+      [&](const Op &o) {
+        size_t l = 0;
+        while (o.sem.loops[l].size != N)
+          ++l;
+        return l;
+      },
+      16);
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     FAIL(errorMessage(tg.takeError()));
@@ -239,9 +246,8 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
     for (const Task &t : tg->tasks())
       if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
         out.push_back(&t);
-    std::sort(out.begin(), out.end(), [](const Task *a, const Task *b) {
-      return a->key < b->key;
-    });
+    std::sort(out.begin(), out.end(),
+              [](const Task *a, const Task *b) { return a->key < b->key; });
     return out;
   };
   auto bwd = on0(lstm, TaskKind::Backward);
@@ -276,8 +282,8 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   const Task *embSync = allReduce(emb), *wSync = allReduce(w),
              *rSync = allReduce(r);
   REQUIRE((embSync && wSync && rSync));
-  INFO("embedding all-reduce " << embSync->start << " s, W's "
-                               << wSync->start << ", R's " << rSync->start
+  INFO("embedding all-reduce " << embSync->start << " s, W's " << wSync->start
+                               << ", R's " << rSync->start
                                << "; R's gradient ends " << wg[1]->end);
   CHECK(embSync->ready <= wg[0]->start);
   CHECK(wSync->ready == wg[0]->end);

@@ -259,6 +259,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   // run beside an all-reduce there anyway.)
   bool splitWeight = weightedPos_[size_t(o)] >= 0 && splitsWeightGrad();
   const std::vector<int> &wins = op.sem.weightInputs;
+  ot.splitWeight = splitWeight;
   ot.weightsPer = splitWeight ? wins.size() : 1;
   ot.wgrad.assign(size_t(m * per) * ot.weightsPer, kNoTask);
   assert(tiles < (int64_t(1) << 28) && wins.size() <= 16 &&
@@ -507,7 +508,7 @@ void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
                 v.begin() + (item.first + 1) * per);
       // A backward item ends with its weight gradients.
       const OpTasks &ot = opTasks_[o];
-      if (item.second && ot.weightsPer > 0 && ot.wgrad.size() != v.size())
+      if (item.second && ot.splitWeight)
         ts.insert(ts.end(),
                   ot.wgrad.begin() + item.first * per * int64_t(ot.weightsPer),
                   ot.wgrad.begin() +

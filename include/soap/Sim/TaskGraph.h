@@ -310,6 +310,7 @@ private:
     /// without weights, the backward task (weightsPer 1).
     std::vector<TaskId> wgrad;
     size_t weightsPer = 1;
+    bool splitWeight = false; ///< wgrad holds TaskKind::WeightGrad tasks
     /// Per micro-batch, output and tile: output ready (after reductions),
     /// [(mb * outputs + j) * tiles + k].
     std::vector<TaskId> fwdOut;

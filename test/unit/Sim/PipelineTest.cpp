@@ -90,6 +90,25 @@ TEST_CASE("gradient accumulation: one stage, m micro-batches, one sync",
   // The schedule's gates: 2m - 1 between 2m items.
   CHECK(countKind(*t4, TaskKind::Gate) == 7);
   CHECK(countKind(*t1, TaskKind::Gate) == 0);
+  // A backward item ends with its weight gradients: every one of a
+  // micro-batch before the last gates the next item (LeNet's ops have a
+  // weight and a bias, mlp_small's MatMuls one weight).
+  Fixture m("mlp_small", 64, "dgx-h100-1");
+  auto tm =
+      TaskGraph::build(m.ctx, m.pipelined(1, 4, PipelineSchedule::OneFOneB, 8));
+  REQUIRE(bool(tm));
+  for (const TaskGraph *tg : {&*t4, &*tm}) {
+    size_t gated = 0, early = 0;
+    for (const Task &t : tg->tasks()) {
+      if (!t.alive || t.kind != TaskKind::WeightGrad || t.microBatch == 3)
+        continue;
+      ++early;
+      for (uint32_t x : t.succs)
+        gated += tg->tasks()[x].kind == TaskKind::Gate;
+    }
+    CHECK(early > 0);
+    CHECK(gated == early);
+  }
 }
 
 TEST_CASE("delta simulation equals full simulation under a pipeline",
@@ -193,7 +212,7 @@ TEST_CASE("full recomputation keeps only the residual stream",
   for (OpId o : cuts)
     adds += g->op(o).kind == "Add";
   INFO(cuts.size() << " checkpoints, " << adds << " Adds");
-  REQUIRE(adds >= 2 * 24); // 24 blocks
+  REQUIRE(adds >= 2 * 24);          // 24 blocks
   REQUIRE(cuts.size() <= adds + 8); // and the embedding and head's ops
   std::vector<uint8_t> full = recomputePolicy(*g, true);
   Strategy s;

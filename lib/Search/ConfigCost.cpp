@@ -24,6 +24,10 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
   // what the tiles on the same edges do: one estimate for each such class
   // (a 1,024-way split costs what an 8-way one does).
   std::map<std::vector<int64_t>, KernelTimes> byClass;
+  // Of an op with weights, the chains pass through its backward-data
+  // kernel: the weight gradients are tasks of their own that no input
+  // gradient waits for.
+  bool dataOnly = !op.sem.weightInputs.empty() && splitsWeightGrad(p.context());
   for (int64_t k = 0; k < c.numTiles(); ++k) {
     Box box = c.tile(op.sem, k);
     std::vector<int64_t> cls;
@@ -41,11 +45,7 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
     }
     const KernelTimes *t = &it->second;
     cc.fwd = std::min(cc.fwd, t->forward);
-    // Of an op with weights, the backward-data kernel: the weight
-    // gradients are tasks of their own that no input gradient waits for.
-    bool weighted = !op.sem.weightInputs.empty() &&
-                    !p.topo.deviceSpec().commOccupiesCompute;
-    cc.bwd = std::min(cc.bwd, weighted ? t->backwardData : t->backward());
+    cc.bwd = std::min(cc.bwd, dataOnly ? t->backwardData : t->backward());
     for (int32_t r = 0; r < c.replicas; ++r) {
       load[c.device(k, r)][Fwd] += t->forward;
       load[c.device(k, r)][Bwd] += t->backward();

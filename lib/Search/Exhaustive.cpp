@@ -193,8 +193,12 @@ public:
 
 private:
   bool outOfBudget() {
-    if (o_->budget.proposals && leaves_ >= o_->budget.proposals)
-      return true;
+    return (o_->budget.proposals && leaves_ >= o_->budget.proposals) ||
+           outOfTime();
+  }
+
+  /// The seconds budget or the deadline passed.
+  bool outOfTime() {
     if (o_->budget.seconds > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
                 .count() > o_->budget.seconds)
@@ -211,12 +215,7 @@ private:
       return llvm::Error::success();
     // The seconds budget and the deadline hold where the bounds prune
     // every branch short of a leaf too.
-    if ((++nodes_ & 4095) == 0 && op < choices_.size() &&
-        (o_->pastDeadline() || (o_->budget.seconds > 0 &&
-                                std::chrono::duration<double>(
-                                    std::chrono::steady_clock::now() - start_)
-                                        .count() > o_->budget.seconds))) {
-      best_.timedOut = o_->pastDeadline();
+    if ((++nodes_ & 4095) == 0 && outOfTime()) {
       stopped_ = true;
       return llvm::Error::success();
     }
@@ -239,8 +238,9 @@ private:
       // A budget of proposals bounds the partial strategies too (where the
       // bounds prune every branch a few ops short of a leaf, a handful of
       // leaves can take minutes): deterministic, as proposals are.
+      ++bounded_;
       if (o_->budget.proposals &&
-          ++bounded_ > o_->budget.proposals * kBoundsPerProposal) {
+          bounded_ > o_->budget.proposals * kBoundsPerProposal) {
         stopped_ = true;
         return llvm::Error::success();
       }

@@ -75,11 +75,12 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
   };
   // The replay runs an op's backward-data and backward-weight kernels
   // back to back, as one backward: a weight-gradient task's time joins its
-  // backward task's (the same op, tile, micro-batch and replica).
-  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, Seconds> weightGrad;
+  // backward task's (the same op, tile, micro-batch and replica; one
+  // weight-gradient task per weight).
+  std::map<std::tuple<OpId, int64_t, uint64_t>, Seconds> weightGrad;
   for (const Task &t : sim.graph().tasks())
     if (t.alive && t.kind == TaskKind::WeightGrad)
-      weightGrad[{t.key.a, t.key.b, t.key.c}] = t.exe;
+      weightGrad[{t.op, t.tile, t.key.c}] += t.exe;
   std::vector<Ordered> all;
   for (const Task &t : sim.graph().tasks()) {
     if (!t.alive ||
@@ -99,7 +100,7 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     rt.signature = opSignature(*rp.graph, op, rt.box);
     rt.predicted = t.exe;
     if (rt.backward) {
-      auto w = weightGrad.find({t.key.a, t.key.b, t.key.c});
+      auto w = weightGrad.find({t.op, t.tile, t.key.c});
       if (w != weightGrad.end())
         rt.predicted += w->second;
     }

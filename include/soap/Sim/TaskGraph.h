@@ -172,6 +172,12 @@ struct SimContext {
   std::shared_ptr<AssemblyCache> assembly = nullptr;
 };
 
+/// Whether graphs built in `ctx` run weight gradients as tasks of their own
+/// (SimContext::splitWeightGrad, and not on CPU ranks).
+inline bool splitsWeightGrad(const SimContext &ctx) {
+  return ctx.splitWeightGrad && !ctx.topo.deviceSpec().commOccupiesCompute;
+}
+
 /// TaskGraph::build passed SimContext::maxTasks.
 class TaskGraphTooLarge : public llvm::ErrorInfo<TaskGraphTooLarge> {
 public:
@@ -332,12 +338,7 @@ private:
   /// (a gradient all-reduce the deferral lets start sooner), where
   /// splitsWeightGrad().
   bool defersWeightGrad(OpId o) const;
-  /// Weight gradients are tasks of their own (SimContext::splitWeightGrad,
-  /// not on CPU ranks).
-  bool splitsWeightGrad() const {
-    return ctx_->splitWeightGrad &&
-           !ctx_->topo.deviceSpec().commOccupiesCompute;
-  }
+  bool splitsWeightGrad() const { return soap::splitsWeightGrad(*ctx_); }
   /// Builds edge `e`'s transfers; with `count`, only counts them into it.
   void buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count = nullptr);
   /// One transfer of an edge (or, when both ends are on one device, one

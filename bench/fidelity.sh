@@ -18,13 +18,19 @@
 #   bench/fidelity.sh exec      soap-run each EXEC_MODELS model whole on the
 #                               GPU (--backend cuda) and on the CPU, 2 steps:
 #                               numerics compared, step times logged
+#   bench/fidelity.sh iter      one GPU: each model's whole training iteration
+#                               run by PyTorch (bench/fidelity-iter.py measure,
+#                               of the plans that the plans stage made with
+#                               bench/fidelity-iter.py plans)
 #   bench/fidelity.sh table     print the tables, write bench/results/fidelity.json
 #   bench/fidelity.sh all       plans, profile, single, multi, table
 #   bench/fidelity.sh space     (not in all) the configuration spaces of the
 #                               zoo on 8 and 16 devices, TIME_LIMIT seconds
 #                               per model, for profiles/<device>.json
 # Knobs (environment): GPU=h100|h200, BIN=build/bin, BATCH=64 (one GPU),
-# MODELS, MULTI_MODELS, GPT3_MODELS, TIME_LIMIT=600, REPEATS=25, WARMUP=5,
+# MODELS, MULTI_MODELS, GPT3_MODELS, ITER_MODELS (model:batch,..),
+# ITER_REPEATS=10, ITER_WARMUP=3, PROFILE_PLANS (a glob; default every
+# plan), TIME_LIMIT=600, REPEATS=25, WARMUP=5,
 # REMEASURE,
 # OUT=bench/results/fidelity. Nothing here asserts a time: it prints tables
 # and writes JSON.
@@ -60,6 +66,8 @@ stage_plans() {
       -o "$out/$m-1gpu.plan.json" >/dev/null ||
       echo "fidelity.sh: no one-GPU plan for $m" >&2
   done
+  python3 bench/fidelity-iter.py plans --dir "$out" --gpu "$gpu" --bin "$bin" \
+    ${ITER_MODELS:+--models "$ITER_MODELS"}
   for m in $multi_models; do
     for s in data model expert kcuts mcmc; do
       "$bin/soapc" "examples/models/$m.onnx" --topology "$multi_topo" \
@@ -69,11 +77,16 @@ stage_plans() {
     done
   done
   # GPT-3's bf16 tiles (Adam, batch 1,024 sequences, the megatron plan of
-  # bench/gpt3.py's clusters): profiled, not replayed (an iteration is
-  # seconds per device).
-  for spec in ${GPT3_MODELS:-gpt3_1_3b:dgx-h100-1 gpt3_6_7b:dgx-h100-8 gpt3_13b:dgx-h100-8}; do
-    m=${spec%%:*} t=${spec##*:}
-    "$bin/soapc" "examples/models/$m.onnx" --topology "examples/topologies/$t.json" \
+  # bench/gpt3.py's clusters; on an H200, of its 8-GPU node, since a profile
+  # holds one device type): profiled, not replayed (an iteration is seconds
+  # per device). A cluster is examples/topologies/T.json or bench/T.json.
+  local gpt3=${GPT3_MODELS:-gpt3_1_3b:dgx-h100-1 gpt3_6_7b:dgx-h100-8 gpt3_13b:dgx-h100-8}
+  [ "$gpu" = h200 ] &&
+    gpt3=${GPT3_MODELS:-gpt3_1_3b:fidelity-h200x8 gpt3_6_7b:fidelity-h200x8 gpt3_13b:fidelity-h200x8}
+  for spec in $gpt3; do
+    m=${spec%%:*} t=examples/topologies/${spec##*:}.json
+    [ -f "$t" ] || t=bench/${spec##*:}.json
+    "$bin/soapc" "examples/models/$m.onnx" --topology "$t" \
       --search megatron --batch 1024 --precision bf16 --optimizer adam \
       --timeout 5m $(with_profile) -o "$out/$m-megatron.plan.json" >/dev/null ||
       echo "fidelity.sh: no megatron plan for $m" >&2
@@ -82,7 +95,8 @@ stage_plans() {
 }
 
 stage_profile() {
-  "$bin/soap-profile" --from-plans "$out"/*.plan.json --time-limit "$limit" \
+  # shellcheck disable=SC2086 # PROFILE_PLANS is a glob
+  "$bin/soap-profile" --from-plans ${PROFILE_PLANS:-"$out"/*.plan.json} --time-limit "$limit" \
     "${timing[@]}" ${REMEASURE:+--remeasure} -o "$profile"
 }
 
@@ -157,6 +171,11 @@ stage_exec() {
   done | tee "$out/exec.log"
 }
 
+stage_iter() {
+  python3 bench/fidelity-iter.py measure --dir "$out" --repeats "${ITER_REPEATS:-10}" \
+    --warmup "${ITER_WARMUP:-3}"
+}
+
 stage_table() {
   python3 bench/fidelity_table.py "$out" bench/results/fidelity.json
 }
@@ -169,6 +188,7 @@ case "${1:-all}" in
   multi) stage_multi ;;
   table) stage_table ;;
   exec) stage_exec ;;
+  iter) stage_iter ;;
   all) stage_plans; stage_profile; stage_single; stage_multi; stage_table ;;
-  *) echo "usage: $0 [plans|profile|single|multi|exec|table|all|space]" >&2; exit 2 ;;
+  *) echo "usage: $0 [plans|profile|single|multi|exec|iter|table|all|space]" >&2; exit 2 ;;
 esac

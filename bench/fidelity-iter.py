@@ -3,7 +3,7 @@
 as PyTorch runs it (issue 22).
 
     bench/fidelity-iter.py plans   [--dir D] [--gpu h100|h200] [--models M:B,..]
-    bench/fidelity-iter.py measure [--dir D] [--repeats N] [--warmup N]
+    bench/fidelity-iter.py measure [--dir D] [--repeats N] [--warmup N] [--only S,..]
     bench/fidelity-iter.py table   [--dir D] [--gpu G] [--profile P] [--out F]
 
 plans (CPU, Debian's /usr/bin/python3 or any): for each model at its batch,
@@ -156,7 +156,21 @@ def measure(args):
             ts.append(a.elapsed_time(b) / 1e3)
         return statistics.median(ts), min(ts), max(ts)
 
+    # Models that make tensors in forward (GPT-2's causal mask and its LM
+    # head's zero bias) make them where and as the weights are.
+    if not args.dry_run:
+        torch.set_default_device(dev)
+
     def run(model_name, batch, prec, m):
+        prev = torch.get_default_dtype()
+        try:
+            if prec == "bf16":
+                torch.set_default_dtype(torch.bfloat16)
+            return run_in(model_name, batch, prec, m)
+        finally:
+            torch.set_default_dtype(prev)
+
+    def run_in(model_name, batch, prec, m):
         row = {}
         dtype = torch.bfloat16 if prec == "bf16" else torch.float32
         builder, specs = export.MODELS[model_name]
@@ -245,8 +259,13 @@ def measure(args):
             torch.cuda.synchronize()
         return row
 
+    if args.only and os.path.exists(out_path):
+        with open(out_path) as f:
+            results["plans"] = json.load(f)["plans"]
     for path in plan_files(args.dir):
         name = os.path.basename(path)
+        if args.only and not any(o in name for o in args.only.split(",")):
+            continue
         model_name, batch, prec, m = describe(path)
         row = {"model": model_name, "batch": batch, "precision": prec,
                "micro_batches": m}
@@ -271,14 +290,14 @@ def measure(args):
 # table: simulate each plan, compare
 # --------------------------------------------------------------------------
 
-def simulate(args, path, cost_model):
+def simulate(args, path, cost_model, profile=None):
     model, *_ = describe(path)
     cmd = [os.path.join(args.bin, "soapc"), "simulate",
            os.path.join(ROOT, f"examples/models/{model}.onnx"),
            "--topology", os.path.join(ROOT, f"bench/fidelity-{args.gpu}x1.json"),
            "--strategy", path, "--cost-model", cost_model, "--format", "json"]
     if cost_model == "profile":
-        cmd += ["--profile", args.profile]
+        cmd += ["--profile", profile or args.profile]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"fidelity-iter: {' '.join(cmd)}: {r.stderr.strip()}")
@@ -289,16 +308,16 @@ def err(pred, meas):
     return abs(pred - meas) / meas
 
 
-def ordered(rows, key):
-    """Pairs of plans (of one model) predicted more than 5% apart, and how
-    many of them the measurement orders alike."""
+def ordered(rows, key, pkey):
+    """Pairs of plans (of one model) predicted (pkey) more than 5% apart,
+    and how many of them the measurement (key) orders alike."""
     agree = total = 0
     for i in range(len(rows)):
         for j in range(i + 1, len(rows)):
             a, b = rows[i], rows[j]
             if key not in a or key not in b:
                 continue
-            pa, pb = a["predicted_s"], b["predicted_s"]
+            pa, pb = a[pkey], b[pkey]
             if abs(pa - pb) <= 0.05 * min(pa, pb):
                 continue
             total += 1
@@ -309,6 +328,16 @@ def ordered(rows, key):
 def table(args):
     with open(os.path.join(args.dir, "iter-measured.json")) as f:
         measured = json.load(f)
+    # The same profile without the host's enqueue times: what the device
+    # runs when nothing waits for the host (a captured CUDA graph).
+    with open(args.profile) as f:
+        prof = json.load(f)
+    for k in prof["kernels"]:
+        if "launch_s" in k:
+            k["launch_s"] = [0.0] * len(k["launch_s"])
+    gpu_only = os.path.join(args.dir, "iter-gpu-only.profile.json")
+    with open(gpu_only, "w") as f:
+        json.dump(prof, f)
     rows = []
     for path in plan_files(args.dir):
         name = os.path.basename(path)
@@ -317,41 +346,47 @@ def table(args):
             continue
         model, batch, prec, m = describe(path)
         prof = simulate(args, path, "profile")
+        dev = simulate(args, path, "profile", gpu_only)
         roof = simulate(args, path, "analytic")
         row = dict(meas)
         row.update(predicted_s=prof["iteration_s"],
+                   predicted_gpu_s=dev["iteration_s"],
                    predicted_analytic_s=roof["iteration_s"],
                    predicted_peak_bytes=prof["memory"]["peak"])
         rows.append(row)
-    head = ("| model | batch | precision | m | predicted ms | eager ms | err |"
-            " graph ms | err | analytic ms | err (graph) | peak pred/meas |")
+    head = ("| model | batch | precision | m | eager ms | predicted ms | err |"
+            " graph ms | GPU-only ms | err | analytic ms | err |"
+            " peak pred/meas |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         ref = r.get("graph_s", r["eager_s"])
+        pref = r["predicted_gpu_s"] if "graph_s" in r else r["predicted_s"]
         print(f"| {r['model']} | {r['batch']} | {r['precision']} |"
-              f" {r['micro_batches']} | {r['predicted_s'] * 1e3:.3f} |"
-              f" {r['eager_s'] * 1e3:.3f} | {err(r['predicted_s'], r['eager_s']):.1%} |"
-              + (f" {r['graph_s'] * 1e3:.3f} | {err(r['predicted_s'], r['graph_s']):.1%} |"
-                 if "graph_s" in r else " - | - |")
+              f" {r['micro_batches']} | {r['eager_s'] * 1e3:.3f} |"
+              f" {r['predicted_s'] * 1e3:.3f} |"
+              f" {err(r['predicted_s'], r['eager_s']):.1%} |"
+              + (f" {r['graph_s'] * 1e3:.3f} | {r['predicted_gpu_s'] * 1e3:.3f} |"
+                 f" {err(r['predicted_gpu_s'], r['graph_s']):.1%} |"
+                 if "graph_s" in r else " - | - | - |")
               + f" {r['predicted_analytic_s'] * 1e3:.3f} |"
               f" {err(r['predicted_analytic_s'], ref):.1%} |"
               + (f" {r['predicted_peak_bytes'] / r['peak_bytes']:.2f} |"
                  if r["peak_bytes"] else " - |"))
     summary = {}
-    for key in ("eager_s", "graph_s"):
-        es = [err(r["predicted_s"], r[key]) for r in rows if key in r]
+    for key, pkey in (("eager_s", "predicted_s"), ("graph_s", "predicted_gpu_s")):
+        es = [err(r[pkey], r[key]) for r in rows if key in r]
         if not es:
             continue
         agree = total = 0
         for model in sorted({r["model"] for r in rows}):
-            a, t = ordered([r for r in rows if r["model"] == model], key)
+            a, t = ordered([r for r in rows if r["model"] == model], key, pkey)
             agree += a
             total += t
         summary[key] = {"plans": len(es), "median_error": statistics.median(es),
                         "worst_error": max(es), "pairs_ordered_alike": agree,
                         "pairs_separated": total}
-        print(f"{key[:-2]}: {len(es)} plans, median error "
+        print(f"{pkey} against {key}: {len(es)} plans, median error "
               f"{statistics.median(es):.1%}, worst {max(es):.1%}; "
               f"{agree} of {total} pairs predicted >5% apart ordered alike")
     missing = [n for n, r in measured["plans"].items() if "eager_s" not in r]
@@ -377,6 +412,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile")
+    ap.add_argument("--only", default="",
+                    help="measure: only the plans whose names contain one "
+                    "of these (comma-separated), kept with the others' "
+                    "earlier results")
     ap.add_argument("--dry-run", action="store_true",
                     help="measure: run the harness on the CPU (no timing "
                     "worth keeping, no graphs)")

@@ -28,7 +28,7 @@
 #                               zoo on 8 and 16 devices, TIME_LIMIT seconds
 #                               per model, for profiles/<device>.json
 # Knobs (environment): GPU=h100|h200, BIN=build/bin, BATCH=64 (one GPU),
-# MODELS, MULTI_MODELS, GPT3_MODELS, ITER_MODELS (model:batch,..),
+# MODELS, MULTI_MODELS, GPT3_MODELS, ITER_MODELS (model:batch,..), ITER_ONLY,
 # ITER_REPEATS=10, ITER_WARMUP=3, PROFILE_PLANS (a glob; default every
 # plan), TIME_LIMIT=600, REPEATS=25, WARMUP=5,
 # REMEASURE,
@@ -173,7 +173,7 @@ stage_exec() {
 
 stage_iter() {
   python3 bench/fidelity-iter.py measure --dir "$out" --repeats "${ITER_REPEATS:-10}" \
-    --warmup "${ITER_WARMUP:-3}"
+    --warmup "${ITER_WARMUP:-3}" ${ITER_ONLY:+--only "$ITER_ONLY"}
 }
 
 stage_table() {

@@ -153,7 +153,12 @@ double CostModel::memoryBandwidth() const {
   return device_.memoryBandwidthBytesPerSec;
 }
 
-/// Fits the roofline to measured entries: for each op kind, the median over
+std::string CostModel::fitKey(llvm::StringRef kind, DType t) {
+  return kind.str() + "|" + dtypeKey(t);
+}
+
+/// Fits the roofline to measured entries: for each op kind and element type
+/// (compute) or op kind (memory), the median over
 /// its compute-bound measurements of FLOPs / (peak * (time - launch)), and
 /// over its bandwidth-bound ones of bytes / (bandwidth * (time - launch));
 /// the memory fraction of a kind without any from those of every kind.
@@ -168,13 +173,16 @@ void CostModel::fit() {
     size_t bar2 = sig.find('|', bar + 1);
     auto dt = parseDType(sig.substr(bar + 1, bar2 - bar - 1));
     double peak = peakFlops(dt.value_or(DType::F32));
+    // A kind's compute efficiency is per element type: its bf16 kernels'
+    // fraction of the bf16 rate says nothing of its f32 ones'.
+    std::string computeKey = fitKey(kind, dt.value_or(DType::F32));
     const Seconds times[3] = {e.forward, e.backwardData, e.backwardWeight};
     for (int p = 0; p < 3; ++p) {
       double busy = times[p] - device_.launchOverhead;
       if (busy <= 0 || (e.flops[p] <= 0 && e.bytes[p] <= 0))
         continue;
       if (e.flops[p] / peak >= e.bytes[p] / bw) {
-        computeBySize_[kind].push_back(
+        computeBySize_[computeKey].push_back(
             {e.flops[p], std::min(1.0, e.flops[p] / (peak * busy))});
       } else {
         double f = std::min(1.0, e.bytes[p] / (bw * busy));
@@ -251,7 +259,7 @@ samplesOf(const std::map<std::string, SizedSamples> &bySize,
 
 double CostModel::computeEfficiency(llvm::StringRef kind, DType t,
                                     double flops) const {
-  return nearestBySize(samplesOf(computeBySize_, kind), flops,
+  return nearestBySize(samplesOf(computeBySize_, fitKey(kind, t)), flops,
                        computeEfficiency(kind, t));
 }
 
@@ -266,7 +274,7 @@ double CostModel::memoryEfficiency(llvm::StringRef kind) const {
 }
 
 double CostModel::computeEfficiency(llvm::StringRef kind, DType t) const {
-  auto it = fitted_.find(kind.str());
+  auto it = fitted_.find(fitKey(kind, t));
   if (it != fitted_.end())
     return it->second.first;
   if (db_) {
@@ -285,7 +293,7 @@ double CostModel::computeEfficiency(llvm::StringRef kind, DType t) const {
 
 std::string CostModel::computeEfficiencySource(llvm::StringRef kind,
                                                DType t) const {
-  auto it = fitted_.find(kind.str());
+  auto it = fitted_.find(fitKey(kind, t));
   if (it != fitted_.end())
     return fmt::format("fitted to {} measurements", it->second.second);
   if (db_ && (db_->computeEfficiency.count(kind.str()) ||
@@ -296,6 +304,16 @@ std::string CostModel::computeEfficiencySource(llvm::StringRef kind,
   return "built-in default";
 }
 
+/// A backward-data pass no gradient needs (Graph::computeSemantics) costs
+/// nothing, unless one kernel computes the weights' gradients with it (a
+/// profiled batch normalisation records both as backward-data).
+static KernelTimes withoutUnneededBackwardData(const Op &op, KernelTimes k) {
+  if (!op.sem.backwardDataNeeded &&
+      (op.sem.weightInputs.empty() || k.backwardWeight > 0))
+    k.backwardData = 0;
+  return k;
+}
+
 KernelTimes CostModel::analytic(const Graph &g, const Op &op,
                                 const Box &tile) const {
   std::vector<DType> inT, outT;
@@ -304,7 +322,7 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   // The efficiency of measured kernels of this kind and about each pass's
   // size: a kind's small tiles (launch- and tail-bound) say little about
   // its large ones (a vocabulary-sized GEMM).
-  const SizedSamples *computed = samplesOf(computeBySize_, op.kind),
+  const SizedSamples *computed = samplesOf(computeBySize_, fitKey(op.kind, dt)),
                      *streamed = samplesOf(memoryBySize_, op.kind);
   double computeEff = computeEfficiency(op.kind, dt),
          memoryEff = memoryEfficiency(op.kind);
@@ -327,7 +345,7 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   k.backwardData = t[1];
   k.backwardWeight = t[2];
   k.source = CostSource::Analytic;
-  return k;
+  return withoutUnneededBackwardData(op, k);
 }
 
 llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
@@ -344,7 +362,7 @@ llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
       k.backwardWeight = std::max(e->backwardWeight, e->launch[2]);
       k.workspace = e->workspace;
       k.source = CostSource::Profile;
-      return k;
+      return withoutUnneededBackwardData(op, k);
     }
     ++misses_;
     if (mode_ == CostMode::Strict)

@@ -1,6 +1,8 @@
 // The IR graph: construction, semantics derivation and structural checks.
 #include "soap/IR/Graph.h"
 
+#include <algorithm>
+
 #include "soap/IR/OpRegistry.h"
 #include "soap/Support/Error.h"
 #include <set>
@@ -92,6 +94,8 @@ std::string Graph::where(OpId id) const {
 
 llvm::Error Graph::computeSemantics() {
   registerAllOps();
+  for (Value &v : values_)
+    v.needsGrad = v.kind == ValueKind::Weight;
   for (Op &o : ops_) {
     const OpKindInfo *info = OpRegistry::instance().lookup(o.kind);
     if (!info)
@@ -116,6 +120,18 @@ llvm::Error Graph::computeSemantics() {
         if (m.dims[d].terms.size() == 1)
           v.dimClasses[d] = o.sem.loops[m.dims[d].terms[0].loop].cls;
     }
+    auto needs = [&](int i) {
+      return size_t(i) < o.inputs.size() && o.inputs[size_t(i)] != kNoValue &&
+             values_[o.inputs[size_t(i)]].needsGrad;
+    };
+    o.sem.backwardDataNeeded =
+        std::any_of(o.sem.gradInputs.begin(), o.sem.gradInputs.end(), needs);
+    bool out = o.sem.backwardDataNeeded ||
+               std::any_of(o.sem.weightInputs.begin(), o.sem.weightInputs.end(),
+                           needs);
+    for (ValueId v : o.outputs)
+      if (v != kNoValue)
+        values_[v].needsGrad = out;
   }
   return llvm::Error::success();
 }

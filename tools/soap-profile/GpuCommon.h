@@ -149,6 +149,20 @@ struct GpuSession::Impl {
     return llvm::Error::success();
   }
 
+  /// `elements` of type `t` (f32, f16 or bf16), random.
+  llvm::Error filledAs(DevBuf &b, size_t elements, DType t) {
+    if (t == DType::F32)
+      return filled(b, elements * 4);
+    if (auto err = b.alloc(elements * 2))
+      return err;
+    int64_t cnt = int64_t(b.bytes() / 2);
+    if (t == DType::F16)
+      gpu::fillF16(b.get(), cnt, seed++, stream);
+    else
+      gpu::fillBF16(b.get(), cnt, seed++, stream);
+    SOAP_CUDA(cudaGetLastError());
+    return llvm::Error::success();
+  }
   /// The largest workspace cuDNN may be offered while choosing algorithms:
   /// a quarter of what is free, at most 2 GiB.
   size_t findWorkspaceLimit() const {
@@ -169,7 +183,9 @@ llvm::Expected<std::unique_ptr<TileBench>>
 makePool(Impl &s, const Graph &g, const Op &op, const Box &tile,
          const std::string &signature);
 llvm::Expected<std::unique_ptr<TileBench>>
-makeBatchNorm(Impl &s, const Op &op, const Box &tile);
+makeBatchNorm(Impl &s, const Graph &g, const Op &op, const Box &tile);
+llvm::Expected<std::unique_ptr<TileBench>>
+makeRnn(Impl &s, const Graph &g, const Op &op, const Box &tile);
 } // namespace gpu
 
 } // namespace soap

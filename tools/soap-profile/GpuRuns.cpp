@@ -80,8 +80,7 @@ llvm::Expected<MeasureRunSummary> measureSignatures(GpuSession &s,
 }
 
 llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
-  const Pass fwd[] = {Pass::Forward};
-  const Pass bwd[] = {Pass::BackwardData, Pass::BackwardWeight};
+
   for (ReplayPlan &p : plans) {
     p.sequence.assign(p.devices, 0); // a device without tasks: nothing
     // One device at a time, its tasks in simulated order.
@@ -127,8 +126,8 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
           for (size_t k = i; k < end; ++k) {
             ReplayTask &rt = p.tasks[k];
             TileBench &b = *benches[rt.signature];
-            if (auto err = rt.backward ? s.enqueue(b, bwd, 2)
-                                       : s.enqueue(b, fwd, 1))
+            if (auto err =
+                    s.enqueue(b, rt.passes.data(), int(rt.passes.size())))
               return err;
           }
           return llvm::Error::success();
@@ -148,8 +147,11 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
           for (size_t k = i; k < end; ++k) {
             ReplayTask &rt = p.tasks[k];
             TileBench &b = *benches[rt.signature];
-            auto t =
-                rt.backward ? s.timeOnce(b, bwd, 2) : s.timeOnce(b, fwd, 1);
+            // A task that runs no kernel (its op needs no backward) takes
+            // no time.
+            auto t = rt.passes.empty() ? llvm::Expected<double>(0.0)
+                                       : s.timeOnce(b, rt.passes.data(),
+                                                    int(rt.passes.size()));
             if (!t)
               return t.takeError();
             times[k - i].push_back(*t);
@@ -169,13 +171,12 @@ llvm::Error replayOnGpu(GpuSession &s, std::vector<ReplayPlan> &plans) {
           std::vector<double> v;
           for (int r = 0; r < std::max(warmup, 1) + repeats; ++r) {
             // The warm-up runs unheld (as above: they load the kernels).
-            auto t = r < std::max(warmup, 1)
-                         ? s.timeSequence([&] {
-                             return rt.backward ? s.enqueue(**b, bwd, 2)
-                                                : s.enqueue(**b, fwd, 1);
-                           })
-                         : rt.backward ? s.timeOnce(**b, bwd, 2)
-                                       : s.timeOnce(**b, fwd, 1);
+            auto t = r < std::max(warmup, 1) ? s.timeSequence([&] {
+              return s.enqueue(**b, rt.passes.data(), int(rt.passes.size()));
+            })
+                     : rt.passes.empty()     ? llvm::Expected<double>(0.0)
+                                             : s.timeOnce(**b, rt.passes.data(),
+                                                          int(rt.passes.size()));
             if (!t)
               return t.takeError();
             if (r >= std::max(warmup, 1))

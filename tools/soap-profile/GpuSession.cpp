@@ -287,10 +287,11 @@ GpuSession::prepare(const Graph &g, const Op &op, const Box &tile,
   llvm::StringRef method = measureMethod(g, op, tile);
   llvm::Expected<std::unique_ptr<TileBench>> bench =
       method == "cudnn" && op.kind == "BatchNormalization"
-          ? gpu::makeBatchNorm(s, op, tile)
+          ? gpu::makeBatchNorm(s, g, op, tile)
+      : method == "cudnn" && op.kind == "LSTM" ? gpu::makeRnn(s, g, op, tile)
       : method == "cudnn" && op.kind == "Conv"
           ? gpu::makeConv(s, g, op, tile, signature)
-      : method == "cudnn" ? gpu::makePool(s, g, op, tile, signature)
+      : method == "cudnn"  ? gpu::makePool(s, g, op, tile, signature)
       : method == "cublas" ? makeGemm(s, g, op, tile)
                            : makeStream(s, g, op, tile);
   if (!bench)

@@ -22,9 +22,20 @@ int64_t volume(const std::vector<int64_t> &s) {
   return v;
 }
 
-bool f32(const Graph &g, const Op &op) {
-  return !op.outputs.empty() && op.outputs[0] != kNoValue &&
-         g.value(op.outputs[0]).dtype == DType::F32;
+/// The element type of the op's first output (F64 when it has none, which
+/// no library bench takes).
+DType outType(const Graph &g, const Op &op) {
+  return !op.outputs.empty() && op.outputs[0] != kNoValue
+             ? g.value(op.outputs[0]).dtype
+             : DType::F64;
+}
+
+bool f32(const Graph &g, const Op &op) { return outType(g, op) == DType::F32; }
+
+/// The floating types cuDNN's convolutions, batch normalisation and LSTMs
+/// take (f16 and bf16 with f32 accumulation, on tensor cores).
+bool dnnFloat(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
 /// The "pad=b:a,..." field of a signature (the padding a tile sees at its
@@ -64,13 +75,15 @@ std::optional<WindowPlan> planWindow(const Graph &g, const Op &op,
   bool conv = op.kind == "Conv";
   bool pool = op.kind == "MaxPool" || op.kind == "AveragePool" ||
               op.kind == "GlobalAveragePool" || op.kind == "GlobalMaxPool";
-  if ((!conv && !pool) || !f32(g, op))
+  // Pooling stays f32 (cuDNN's legacy pooling has no bf16 path).
+  if ((!conv && !pool) || !(conv ? dnnFloat(outType(g, op)) : f32(g, op)))
     return std::nullopt;
   std::vector<int64_t> xs = shape(op.sem.inputRegion(0, tile));
   std::vector<int64_t> ys = shape(op.sem.outputRegion(0, tile));
   if (xs.size() < 3 || xs.size() > 5 || ys.size() != xs.size())
     return std::nullopt;
   WindowPlan w;
+  w.dtype = outType(g, op);
   size_t sp = xs.size() - 2, nsp = std::max<size_t>(sp, 2);
   std::vector<int64_t> ws;
   if (conv) {
@@ -217,8 +230,42 @@ std::optional<GemmPlan> planGemm(const Graph &g, const Op &op,
   return p;
 }
 
+std::optional<RnnPlan> planRnn(const Graph &g, const Op &op, const Box &tile) {
+  DType t = outType(g, op);
+  if (op.kind != "LSTM" || !dnnFloat(t) || op.inputs.size() < 3 ||
+      op.sem.loops.size() != 7)
+    return std::nullopt;
+  // cuDNN's LSTM: default activations, no clipping, no coupled input-forget
+  // gate, no peepholes.
+  if (op.hasAttr("activations") || op.hasAttr("clip") ||
+      op.getInt("input_forget", 0) != 0 ||
+      (op.inputs.size() > 7 && op.inputs[7] != kNoValue))
+    return std::nullopt;
+  // Loops (buildLstm): t, dir, n, gate, h, i, j. A tile split on the hidden
+  // units computes part of every step's gates from all of h_{t-1}: no cuDNN
+  // LSTM does that, so such a tile stays with the streaming kernel.
+  auto extent = [&](int l) { return tile.hi[size_t(l)] - tile.lo[size_t(l)]; };
+  const auto &loops = op.sem.loops;
+  for (int l : {0, 3, 4, 5, 6})
+    if (extent(l) != loops[size_t(l)].size)
+      return std::nullopt;
+  RnnPlan p;
+  p.dtype = t;
+  p.seq = int(extent(0));
+  p.dirs = int(extent(1));
+  p.batch = int(extent(2));
+  p.hidden = int(extent(4));
+  p.input = int(extent(5));
+  p.bias = op.inputs.size() > 3 && op.inputs[3] != kNoValue;
+  if (p.dirs < 1 || p.dirs > 2 || p.batch < 1 || p.seq < 1)
+    return std::nullopt;
+  return p;
+}
+
 const char *measureMethod(const Graph &g, const Op &op, const Box &tile) {
-  if (f32(g, op) && op.kind == "BatchNormalization")
+  if (dnnFloat(outType(g, op)) && op.kind == "BatchNormalization")
+    return "cudnn";
+  if (planRnn(g, op, tile))
     return "cudnn";
   if (planWindow(g, op, tile, ""))
     return "cudnn";

@@ -48,6 +48,7 @@ std::optional<GemmPlan> planGemm(const Graph &g, const Op &op, const Box &tile);
 /// at its borders (the signature's pad=) is given the same total extent
 /// (region + before + after) as extent + 2 pad with pad = min(before, after).
 struct WindowPlan {
+  DType dtype = DType::F32; ///< Conv: f32, f16 or bf16; pooling: f32
   std::vector<int> input;  ///< N, C, spatial extents
   std::vector<int> filter; ///< Conv: OC, C/group, window; else empty
   std::vector<int> window, pad, stride, dilation; ///< per spatial dim
@@ -59,11 +60,26 @@ struct WindowPlan {
   std::vector<int> output() const;
 };
 
-/// The plan of an f32 Conv, MaxPool, AveragePool, GlobalAveragePool or
-/// GlobalMaxPool tile with 1 to 3 spatial dims; nothing otherwise.
+/// The plan of a Conv (f32, f16 or bf16) or an f32 MaxPool, AveragePool,
+/// GlobalAveragePool or GlobalMaxPool tile with 1 to 3 spatial dims;
+/// nothing otherwise.
 std::optional<WindowPlan> planWindow(const Graph &g, const Op &op,
                                      const Box &tile,
                                      const std::string &signature);
+
+/// An ONNX LSTM tile as cuDNN's LSTM is given it (sequence-major, one
+/// layer): the tile must hold every step, gate, hidden unit and input
+/// feature; it may split the samples and the directions.
+struct RnnPlan {
+  DType dtype = DType::F32;
+  int seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1;
+  bool bias = true; ///< ONNX's B: cuDNN's double bias
+};
+
+/// The plan of an LSTM tile cuDNN can run (f32, f16 or bf16; default
+/// activations, no clip, no coupled input-forget gate, no peepholes);
+/// nothing otherwise.
+std::optional<RnnPlan> planRnn(const Graph &g, const Op &op, const Box &tile);
 
 /// "cudnn", "cublas" or "stream": what soap-profile measures the tile with
 /// (a library that then refuses the tile is an error for that signature).

@@ -105,11 +105,23 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
         rt.predicted += w->second;
     }
     rt.predictedKernels = rt.predicted;
-    if (db)
-      if (const KernelEntry *e = db->find(rt.signature))
-        rt.predictedKernels =
-            rt.backward ? e->backwardData + e->backwardWeight : e->forward;
     KernelTimes a = analytic.analytic(*rp.graph, op, rt.box);
+    const KernelEntry *e = db ? db->find(rt.signature) : nullptr;
+    // The cost model's rule (CostModel::kernel): backward-data is left out
+    // unless one kernel computes the weights' gradients with it.
+    bool data = op.sem.backwardDataNeeded ||
+                (!op.sem.weightInputs.empty() &&
+                 (e ? e->backwardWeight : a.backwardWeight) <= 0);
+    if (!rt.backward)
+      rt.passes = {Pass::Forward};
+    else if (data)
+      rt.passes = {Pass::BackwardData, Pass::BackwardWeight};
+    else if (!op.sem.weightInputs.empty())
+      rt.passes = {Pass::BackwardWeight};
+    if (e)
+      rt.predictedKernels = !rt.backward ? e->forward
+                            : data       ? e->backwardData + e->backwardWeight
+                                         : e->backwardWeight;
     rt.analytic = rt.backward ? a.backward() : a.forward;
     all.push_back({rt.device, t.start, t.seq, std::move(rt)});
   }

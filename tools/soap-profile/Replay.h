@@ -21,6 +21,10 @@ namespace soap {
 struct ReplayTask {
   uint32_t device = 0;
   bool backward = false; ///< backward-data + backward-weight, else forward
+  /// The kernels it runs: forward; or backward-data and backward-weight,
+  /// without backward-data where the op's gradient inputs need no gradient
+  /// and the cost model prices none (Op's sem.backwardDataNeeded).
+  std::vector<Pass> passes;
   OpId op = 0;
   int64_t tile = 0;
   int32_t replica = 0;

@@ -98,7 +98,8 @@ public:
   TileMemory memory(const Graph &g, const Op &op, const Box &tile,
                     Optimizer opt) const;
 
-  /// Sustained fraction of peakFlops(t) the roofline uses for `kind`, and
+  /// Sustained fraction of peakFlops(t) the roofline uses for `kind` in
+  /// element type `t` (fitted to the profile's entries of that type), and
   /// where it came from ("fitted to N entries", "profile default",
   /// "built-in default"). Where the profile measured the GEMM rate of `t`,
   /// the built-in fractions are taken relative to that rate (a GEMM 1).
@@ -131,14 +132,16 @@ public:
 
 private:
   void fit();
+  /// "kind|dtype": the key of fitted_ and computeBySize_.
+  static std::string fitKey(llvm::StringRef kind, DType t);
   const DeviceSpec &device_;
   const CostDatabase *db_;
   CostMode mode_;
   double memEff_;
-  std::map<std::string, std::pair<double, int>> fitted_; // kind -> (eff, n)
+  std::map<std::string, std::pair<double, int>> fitted_; // fitKey -> (eff, n)
   std::map<std::string, double> memFitted_; // kind -> bandwidth fraction
-  /// kind -> (FLOPs or bytes, efficiency) of each measured pass, by size;
-  /// fitted_ and memFitted_ are their medians.
+  /// fitKey (compute) or kind (memory) -> (FLOPs or bytes, efficiency) of
+  /// each measured pass, by size; fitted_ and memFitted_ are their medians.
   std::map<std::string, SizedSamples> computeBySize_, memoryBySize_;
   mutable std::atomic<uint64_t> hits_{0}, misses_{0};
 };

@@ -44,6 +44,11 @@ struct Value {
   bool hasData = false;
   /// Values of small constants (scalars, axes) when known, as doubles.
   std::vector<double> data;
+  /// Whether the gradient of some weight flows through this value: a weight,
+  /// or an op's output whose weights or gradient inputs need one
+  /// (Graph::computeSemantics). Graph inputs, constants and what is computed
+  /// from them alone need none.
+  bool needsGrad = false;
 
   bool isActivationLike() const {
     return kind == ValueKind::Activation || kind == ValueKind::Input;
@@ -103,7 +108,8 @@ public:
   std::vector<ValueId> outputs; ///< graph outputs
 
   /// Derives every op's semantics from the registry, in topological order,
-  /// setting activation dim classes; checks shapes against the semantics.
+  /// setting activation dim classes, which values need a gradient and which
+  /// ops run a backward-data pass; checks shapes against the semantics.
   /// Errors name the file and the node.
   llvm::Error computeSemantics();
   /// Structural checks: ids in range, ops in topological order, each

@@ -133,6 +133,11 @@ struct OpSemantics {
   std::vector<int> weightInputs;
   /// Inputs that receive a gradient in the backward-data pass.
   std::vector<int> gradInputs;
+  /// Whether any of gradInputs is a value some weight's gradient flows
+  /// through (Graph::computeSemantics): a convolution that reads only the
+  /// model's input runs no backward-data kernel, as no framework computes
+  /// the gradient of a tensor nothing trainable depends on.
+  bool backwardDataNeeded = true;
 
   /// The whole loop space.
   Box fullTile() const;

@@ -131,6 +131,8 @@ TEST_CASE("a pass is priced at the longer of its kernels' and its "
           "enqueueing's time",
           "[Cost]") {
   Graph g = convRelu();
+  // As where the convolution's input needs a gradient (below: it does not).
+  g.op(0).sem.backwardDataNeeded = true;
   const Op &conv = g.op(0);
   CostDatabase db;
   db.env.device = "H100-SXM";
@@ -223,6 +225,70 @@ TEST_CASE("the roofline prices a tile at the efficiency of measured tiles "
   // A kind without measurements keeps the kind-level fraction.
   CHECK(cm.computeEfficiency("Conv", DType::F32, 1e12) ==
         Approx(cm.computeEfficiency("Conv")));
+}
+
+TEST_CASE("an op whose inputs need no gradient runs no backward-data "
+          "kernel",
+          "[Cost]") {
+  // conv(input, W) -> relu: the model's input needs no gradient, so the
+  // convolution's backward is its weight gradient alone (PyTorch computes
+  // no grad_input for a tensor that does not require grad); the relu's
+  // input is the convolution's output, which W's gradient flows through.
+  Graph g = convRelu();
+  const Op &conv = g.op(0), &relu = g.op(1);
+  CHECK(!g.value(conv.inputs[0]).needsGrad);
+  CHECK(g.value(conv.inputs[1]).needsGrad);
+  CHECK(g.value(conv.outputs[0]).needsGrad);
+  CHECK(!conv.sem.backwardDataNeeded);
+  CHECK(relu.sem.backwardDataNeeded);
+  CostDatabase db;
+  db.env.device = "H100-SXM";
+  KernelEntry e;
+  e.forward = 40e-6;
+  e.backwardData = 30e-6;
+  e.backwardWeight = 50e-6;
+  db.add(opSignature(g, conv, conv.sem.fullTile()), e);
+  CostModel cm(h100(), &db, CostMode::Profile);
+  auto k = cm.kernel(g, conv, conv.sem.fullTile());
+  REQUIRE(static_cast<bool>(k));
+  CHECK(k->forward == 40e-6);
+  CHECK(k->backwardData == 0);
+  CHECK(k->backwardWeight == 50e-6);
+  KernelTimes a = cm.analytic(g, conv, conv.sem.fullTile());
+  CHECK(a.backwardData == 0);
+  CHECK(a.backwardWeight > 0);
+  CHECK(cm.analytic(g, relu, relu.sem.fullTile()).backwardData > 0);
+}
+
+TEST_CASE("the roofline's compute efficiency is fitted per element type",
+          "[Cost]") {
+  // f32 convolutions at 60% of the f32 rate, bf16 ones of about the same
+  // FLOPs at 5% of the bf16 rate (a profile's bf16 tiles run without tensor
+  // cores): an f32 tile the profile lacks is priced at 60%, a bf16 one at
+  // 5%; before the fit was per type, the f32 tile took the 5% neighbours.
+  const DeviceSpec &d = h100();
+  CostDatabase db;
+  db.env.device = d.name.str();
+  for (int i = 0; i < 5; ++i) {
+    double flops = 1e11 * (1 + 0.1 * i);
+    KernelEntry f, b;
+    f.flops[0] = b.flops[0] = flops;
+    f.bytes[0] = b.bytes[0] = 1;
+    f.forward = flops / (0.6 * d.fp32FlopsPerSec) + d.launchOverhead;
+    b.forward = flops / (0.05 * d.fp16FlopsPerSec) + d.launchOverhead;
+    db.add("Conv|f32|in=" + std::to_string(i) + "|out=1", f);
+    db.add("Conv|bf16|in=" + std::to_string(i) + "|out=1", b);
+  }
+  CostModel cm(d, &db, CostMode::Profile);
+  CHECK(cm.computeEfficiency("Conv", DType::F32) == Approx(0.6));
+  CHECK(cm.computeEfficiency("Conv", DType::BF16) == Approx(0.05));
+  CHECK(cm.computeEfficiency("Conv", DType::F32, 1.05e11) == Approx(0.6));
+  CHECK(cm.computeEfficiency("Conv", DType::BF16, 1.05e11) == Approx(0.05));
+  CHECK(cm.computeEfficiencySource("Conv", DType::BF16) ==
+        "fitted to 5 measurements");
+  // A type without entries of its own keeps the built-in fraction.
+  CHECK(cm.computeEfficiencySource("Conv", DType::F16) !=
+        "fitted to 5 measurements");
 }
 
 TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",

@@ -157,8 +157,8 @@ std::string CostModel::fitKey(llvm::StringRef kind, DType t) {
   return kind.str() + "|" + dtypeKey(t);
 }
 
-/// Fits the roofline to measured entries: for each op kind and element type
-/// (compute) or op kind (memory), the median over
+/// Fits the roofline to measured entries: for each op kind and element type,
+/// the median over
 /// its compute-bound measurements of FLOPs / (peak * (time - launch)), and
 /// over its bandwidth-bound ones of bytes / (bandwidth * (time - launch));
 /// the memory fraction of a kind without any from those of every kind.
@@ -173,21 +173,22 @@ void CostModel::fit() {
     size_t bar2 = sig.find('|', bar + 1);
     auto dt = parseDType(sig.substr(bar + 1, bar2 - bar - 1));
     double peak = peakFlops(dt.value_or(DType::F32));
-    // A kind's compute efficiency is per element type: its bf16 kernels'
-    // fraction of the bf16 rate says nothing of its f32 ones'.
-    std::string computeKey = fitKey(kind, dt.value_or(DType::F32));
+    // A kind's efficiencies are per element type: its bf16 kernels'
+    // fraction of the bf16 rate says nothing of its f32 ones', and a bf16
+    // convolution the bf16 rate calls bandwidth-bound is no f32 one's guide.
+    std::string key = fitKey(kind, dt.value_or(DType::F32));
     const Seconds times[3] = {e.forward, e.backwardData, e.backwardWeight};
     for (int p = 0; p < 3; ++p) {
       double busy = times[p] - device_.launchOverhead;
       if (busy <= 0 || (e.flops[p] <= 0 && e.bytes[p] <= 0))
         continue;
       if (e.flops[p] / peak >= e.bytes[p] / bw) {
-        computeBySize_[computeKey].push_back(
+        computeBySize_[key].push_back(
             {e.flops[p], std::min(1.0, e.flops[p] / (peak * busy))});
       } else {
         double f = std::min(1.0, e.bytes[p] / (bw * busy));
         memory.push_back(f);
-        memoryBySize_[kind].push_back({e.bytes[p], f});
+        memoryBySize_[key].push_back({e.bytes[p], f});
       }
     }
   }
@@ -263,13 +264,14 @@ double CostModel::computeEfficiency(llvm::StringRef kind, DType t,
                        computeEfficiency(kind, t));
 }
 
-double CostModel::memoryEfficiency(llvm::StringRef kind, double bytes) const {
-  return nearestBySize(samplesOf(memoryBySize_, kind), bytes,
-                       memoryEfficiency(kind));
+double CostModel::memoryEfficiency(llvm::StringRef kind, DType t,
+                                   double bytes) const {
+  return nearestBySize(samplesOf(memoryBySize_, fitKey(kind, t)), bytes,
+                       memoryEfficiency(kind, t));
 }
 
-double CostModel::memoryEfficiency(llvm::StringRef kind) const {
-  auto it = memFitted_.find(kind.str());
+double CostModel::memoryEfficiency(llvm::StringRef kind, DType t) const {
+  auto it = memFitted_.find(fitKey(kind, t));
   return it != memFitted_.end() ? it->second : memEff_;
 }
 
@@ -323,9 +325,9 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   // size: a kind's small tiles (launch- and tail-bound) say little about
   // its large ones (a vocabulary-sized GEMM).
   const SizedSamples *computed = samplesOf(computeBySize_, fitKey(op.kind, dt)),
-                     *streamed = samplesOf(memoryBySize_, op.kind);
+                     *streamed = samplesOf(memoryBySize_, fitKey(op.kind, dt));
   double computeEff = computeEfficiency(op.kind, dt),
-         memoryEff = memoryEfficiency(op.kind);
+         memoryEff = memoryEfficiency(op.kind, dt);
   Seconds t[3];
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);

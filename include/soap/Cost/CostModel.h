@@ -111,17 +111,18 @@ public:
   /// profile measured the bandwidth (the copy kernel's rate is sustained),
   /// else a built-in fraction of the datasheet figure.
   double memoryEfficiency() const { return memEff_; }
-  /// The same for `kind`: the median over the profile's bandwidth-bound
-  /// entries of that kind where it has any (a kernel that streams its
-  /// operands at a tenth of the copy rate, such as a CPU's pooling loop,
-  /// is not priced at the median of every kind), else memoryEfficiency().
-  double memoryEfficiency(llvm::StringRef kind) const;
+  /// The same for `kind` in element type `t`: the median over the profile's
+  /// bandwidth-bound entries of that kind and type where it has any (a
+  /// kernel that streams its operands at a tenth of the copy rate, such as a
+  /// CPU's pooling loop, is not priced at the median of every kind), else
+  /// memoryEfficiency().
+  double memoryEfficiency(llvm::StringRef kind, DType t = DType::F32) const;
   /// The efficiencies the roofline prices a kernel of `flops` (`bytes`) at:
   /// the median over the (up to 5) measured entries of `kind` nearest in
   /// size on a log scale, where the profile has entries of that kind; else
   /// the kind's fraction above.
   double computeEfficiency(llvm::StringRef kind, DType t, double flops) const;
-  double memoryEfficiency(llvm::StringRef kind, double bytes) const;
+  double memoryEfficiency(llvm::StringRef kind, DType t, double bytes) const;
   /// Peak FLOP/s for a dtype on this device (measured GEMM rate when the
   /// profile has it).
   double peakFlops(DType t) const;
@@ -139,9 +140,9 @@ private:
   CostMode mode_;
   double memEff_;
   std::map<std::string, std::pair<double, int>> fitted_; // fitKey -> (eff, n)
-  std::map<std::string, double> memFitted_; // kind -> bandwidth fraction
-  /// fitKey (compute) or kind (memory) -> (FLOPs or bytes, efficiency) of
-  /// each measured pass, by size; fitted_ and memFitted_ are their medians.
+  std::map<std::string, double> memFitted_; // fitKey -> bandwidth fraction
+  /// fitKey -> (FLOPs or bytes, efficiency) of each measured pass, by size;
+  /// fitted_ and memFitted_ are their medians.
   std::map<std::string, SizedSamples> computeBySize_, memoryBySize_;
   mutable std::atomic<uint64_t> hits_{0}, misses_{0};
 };

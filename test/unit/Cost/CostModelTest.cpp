@@ -289,6 +289,25 @@ TEST_CASE("the roofline's compute efficiency is fitted per element type",
   // A type without entries of its own keeps the built-in fraction.
   CHECK(cm.computeEfficiencySource("Conv", DType::F16) !=
         "fitted to 5 measurements");
+
+  // Bandwidth-bound entries likewise: bf16 convolutions streaming at 3% of
+  // the bandwidth (launch-bound first layers) do not set the f32 fraction.
+  CostDatabase mem;
+  mem.env.device = d.name.str();
+  for (int i = 0; i < 5; ++i) {
+    double bytes = 1e8 * (1 + 0.1 * i);
+    KernelEntry f, b;
+    f.flops[0] = b.flops[0] = 1;
+    f.bytes[0] = b.bytes[0] = bytes;
+    f.forward = bytes / (0.3 * d.memoryBandwidthBytesPerSec) + d.launchOverhead;
+    b.forward =
+        bytes / (0.03 * d.memoryBandwidthBytesPerSec) + d.launchOverhead;
+    mem.add("Conv|f32|in=" + std::to_string(i) + "|out=1", f);
+    mem.add("Conv|bf16|in=" + std::to_string(i) + "|out=1", b);
+  }
+  CostModel mm(d, &mem, CostMode::Profile);
+  CHECK(mm.memoryEfficiency("Conv", DType::F32, 1.2e8) == Approx(0.3));
+  CHECK(mm.memoryEfficiency("Conv", DType::BF16, 1.2e8) == Approx(0.03));
 }
 
 TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",

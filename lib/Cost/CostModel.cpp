@@ -306,12 +306,13 @@ std::string CostModel::computeEfficiencySource(llvm::StringRef kind,
   return "built-in default";
 }
 
-/// A backward-data pass no gradient needs (Graph::computeSemantics) costs
-/// nothing, unless one kernel computes the weights' gradients with it (a
-/// profiled batch normalisation records both as backward-data).
+bool runsBackwardData(const Op &op, Seconds backwardWeight) {
+  return op.sem.backwardDataNeeded ||
+         (!op.sem.weightInputs.empty() && backwardWeight <= 0);
+}
+
 static KernelTimes withoutUnneededBackwardData(const Op &op, KernelTimes k) {
-  if (!op.sem.backwardDataNeeded &&
-      (op.sem.weightInputs.empty() || k.backwardWeight > 0))
+  if (!runsBackwardData(op, k.backwardWeight))
     k.backwardData = 0;
   return k;
 }
@@ -324,8 +325,9 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   // The efficiency of measured kernels of this kind and about each pass's
   // size: a kind's small tiles (launch- and tail-bound) say little about
   // its large ones (a vocabulary-sized GEMM).
-  const SizedSamples *computed = samplesOf(computeBySize_, fitKey(op.kind, dt)),
-                     *streamed = samplesOf(memoryBySize_, fitKey(op.kind, dt));
+  const std::string key = fitKey(op.kind, dt);
+  const SizedSamples *computed = samplesOf(computeBySize_, key),
+                     *streamed = samplesOf(memoryBySize_, key);
   double computeEff = computeEfficiency(op.kind, dt),
          memoryEff = memoryEfficiency(op.kind, dt);
   Seconds t[3];

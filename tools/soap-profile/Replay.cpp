@@ -107,11 +107,7 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
     rt.predictedKernels = rt.predicted;
     KernelTimes a = analytic.analytic(*rp.graph, op, rt.box);
     const KernelEntry *e = db ? db->find(rt.signature) : nullptr;
-    // The cost model's rule (CostModel::kernel): backward-data is left out
-    // unless one kernel computes the weights' gradients with it.
-    bool data = op.sem.backwardDataNeeded ||
-                (!op.sem.weightInputs.empty() &&
-                 (e ? e->backwardWeight : a.backwardWeight) <= 0);
+    bool data = runsBackwardData(op, e ? e->backwardWeight : a.backwardWeight);
     if (!rt.backward)
       rt.passes = {Pass::Forward};
     else if (data)

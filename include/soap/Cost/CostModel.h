@@ -80,6 +80,14 @@ void setTileWork(KernelEntry &e, const Graph &g, const Op &op,
 /// (FLOPs or bytes, efficiency) of measured kernel passes, ascending.
 using SizedSamples = std::vector<std::pair<double, double>>;
 
+/// Whether an op's backward runs its backward-data kernel, given its
+/// backward-weight time: only where some gradient input needs a gradient
+/// (Op's sem.backwardDataNeeded), or where one kernel computes the weights'
+/// gradients with it (a profiled batch normalisation records both as
+/// backward-data, backward-weight 0). Elsewhere backward-data costs 0
+/// (CostModel::kernel) and soap-profile --replay does not run it.
+bool runsBackwardData(const Op &op, Seconds backwardWeight);
+
 class CostModel {
 public:
   /// `db` may be null (analytic only). With CostMode::Strict it is required.

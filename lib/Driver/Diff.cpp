@@ -99,12 +99,23 @@ llvm::Error runDiff(const DriverOptions &o) {
             {"peak_memory_bytes", peakOf(*tgB)}};
   j["num_ops"] = s.graph->numOps();
   j["ops"] = Json::array();
+  // A configuration, and its weight-gradient order where not the default.
+  auto label = [](const Op &op, const OpConfig &c, WeightGradOrder w) {
+    std::string s = c.str(op.sem);
+    if (w != WeightGradOrder::Next)
+      s += " weight_grad=" + weightGradOrderName(w).str();
+    return s;
+  };
   for (const Op &op : s.graph->ops()) {
     const OpConfig &ca = a->strategy.configs[size_t(op.id)];
     const OpConfig &cb = sb->configs[size_t(op.id)];
-    if (ca == cb)
+    WeightGradOrder oa = a->strategy.weightGradOrder(op.id),
+                    ob = sb->weightGradOrder(op.id);
+    if (ca == cb && oa == ob)
       continue;
-    auto t = sim.apply(op.id, cb);
+    auto t =
+        sim.apply(op.id, cb,
+                  oa != ob ? std::optional<WeightGradOrder>(ob) : std::nullopt);
     if (!t)
       return t.takeError();
     Bytes peak = peakOf(*tg);
@@ -112,8 +123,8 @@ llvm::Error runDiff(const DriverOptions &o) {
       return err;
     j["ops"].push_back({{"op", op.name},
                         {"kind", op.kind},
-                        {"a", ca.str(op.sem)},
-                        {"b", cb.str(op.sem)},
+                        {"a", label(op, ca, oa)},
+                        {"b", label(op, cb, ob)},
                         {"a_shape", configShape(op.sem, ca)},
                         {"b_shape", configShape(op.sem, cb)},
                         {"alone_s", *t},

@@ -144,6 +144,26 @@ std::optional<PipelineSchedule> parseSchedule(llvm::StringRef name) {
   return std::nullopt;
 }
 
+llvm::StringRef weightGradOrderName(WeightGradOrder o) {
+  switch (o) {
+  case WeightGradOrder::Next:
+    return "next";
+  case WeightGradOrder::Last:
+    return "last";
+  case WeightGradOrder::Now:
+    return "now";
+  }
+  return "next";
+}
+
+std::optional<WeightGradOrder> parseWeightGradOrder(llvm::StringRef name) {
+  for (WeightGradOrder o :
+       {WeightGradOrder::Next, WeightGradOrder::Last, WeightGradOrder::Now})
+    if (name == weightGradOrderName(o))
+      return o;
+  return std::nullopt;
+}
+
 int32_t Pipeline::numStages() const {
   int32_t n = 1;
   for (int32_t s : stageOf)
@@ -461,6 +481,24 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
       if (s.zeroStage(o.id) && o.sem.weightInputs.empty())
         return inputError("{}: ZeRO stage {}, but the op has no weights",
                           g.where(o.id), s.zeroStage(o.id));
+    }
+  }
+  if (!s.weightGrad.empty()) {
+    if (s.weightGrad.size() != g.numOps())
+      return inputError("{}: the strategy orders the weight gradients of {} "
+                        "ops, the graph has {}",
+                        g.sourcePath, s.weightGrad.size(), g.numOps());
+    for (const Op &o : g.ops()) {
+      if (s.weightGrad[size_t(o.id)] > uint8_t(WeightGradOrder::Now))
+        return inputError("{}: weight-gradient order {}; the orders are 0 "
+                          "(next), 1 (last) and 2 (now)",
+                          g.where(o.id), s.weightGrad[size_t(o.id)]);
+      if (s.weightGradOrder(o.id) != WeightGradOrder::Next &&
+          o.sem.weightInputs.empty())
+        return inputError("{}: weight gradients '{}', but the op has no "
+                          "weights",
+                          g.where(o.id),
+                          weightGradOrderName(s.weightGradOrder(o.id)));
     }
   }
   if (s.configs.size() != g.numOps())

@@ -33,7 +33,8 @@ bool PlanFigures::operator==(const PlanFigures &o) const {
 bool PlanOp::operator==(const PlanOp &o) const {
   return name == o.name && kind == o.kind && loops == o.loops &&
          replicas == o.replicas && devices == o.devices && stage == o.stage &&
-         recompute == o.recompute && zero == o.zero;
+         recompute == o.recompute && zero == o.zero &&
+         weightGrad == o.weightGrad;
 }
 
 bool Plan::operator==(const Plan &o) const {
@@ -89,6 +90,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
     po.stage = s.pipeline.stage(op.id);
     po.recompute = s.recomputes(op.id);
     po.zero = s.zeroStage(op.id);
+    po.weightGrad = s.weightGradOrder(op.id);
     p.ops.push_back(std::move(po));
   }
   return p;
@@ -144,6 +146,8 @@ Json planToJson(const Plan &p) {
       jo["recompute"] = true;
     if (po.zero)
       jo["zero"] = po.zero;
+    if (po.weightGrad != WeightGradOrder::Next)
+      jo["weight_grad"] = weightGradOrderName(po.weightGrad).str();
     ops.push_back(std::move(jo));
   }
   j["ops"] = std::move(ops);
@@ -382,7 +386,7 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
     return r_.error(ptr, "expected an object");
   if (auto err = knownKeys(o, ptr,
                            {"op", "kind", "loops", "replicas", "devices",
-                            "stage", "recompute", "zero"}))
+                            "stage", "recompute", "zero", "weight_grad"}))
     return err;
   PlanOp po;
   SOAP_PLAN_TRY(name, r_.string(o, ptr, "op"));
@@ -415,6 +419,16 @@ llvm::Expected<PlanOp> PlanParser::parseOp(const Json &o,
     if (o.contains("zero")) {
       SOAP_PLAN_TRY(z, integerIn(o.at("zero"), jsonPointer(ptr, "zero"), 0, 3));
       po.zero = static_cast<int32_t>(z);
+    }
+    if (o.contains("weight_grad")) {
+      SOAP_PLAN_TRY(wg, r_.string(o, ptr, "weight_grad"));
+      auto order = parseWeightGradOrder(wg);
+      if (!order)
+        return r_.error(jsonPointer(ptr, "weight_grad"),
+                        fmt::format("unknown weight-gradient order '{}' "
+                                    "(next, last, now)",
+                                    wg));
+      po.weightGrad = *order;
     }
   }
   SOAP_PLAN_TRY(devices, r_.array(o, ptr, "devices"));

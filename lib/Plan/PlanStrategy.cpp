@@ -77,6 +77,18 @@ void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
         s.zero[size_t(id)] = uint8_t(po.zero);
     }
   }
+  s.weightGrad.clear();
+  bool anyOrder = false;
+  for (const PlanOp &po : p.ops)
+    anyOrder |= po.weightGrad != WeightGradOrder::Next;
+  if (anyOrder) {
+    s.weightGrad.assign(g.numOps(), 0);
+    for (const PlanOp &po : p.ops) {
+      OpId id = g.findOp(po.name);
+      if (id >= 0)
+        s.weightGrad[size_t(id)] = uint8_t(po.weightGrad);
+    }
+  }
   s.pipeline = Pipeline();
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;
@@ -150,6 +162,13 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
                         planPath.str(),
                         jsonPointer(jsonPointer("/ops", i), "zero"),
                         p.ops[i].name, p.ops[i].zero);
+    if (p.ops[i].weightGrad != WeightGradOrder::Next &&
+        g.op(id).sem.weightInputs.empty())
+      return inputError(
+          "{}: {}: op '{}' orders its weight gradients '{}', "
+          "but it has no weights",
+          planPath.str(), jsonPointer(jsonPointer("/ops", i), "weight_grad"),
+          p.ops[i].name, weightGradOrderName(p.ops[i].weightGrad));
   }
   return s;
 }
@@ -228,6 +247,13 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                         "shards",
                         op.name, op.kind, z));
     }
+    for (const Op &op : g.ops())
+      if (whole.weightGradOrder(op.id) != WeightGradOrder::Next &&
+          op.sem.weightInputs.empty())
+        add(fmt::format("op '{}' ({}) orders its weight gradients '{}', but "
+                        "it has no weights",
+                        op.name, op.kind,
+                        weightGradOrderName(whole.weightGradOrder(op.id))));
   }
 
   if (resimulated && !resimulated->fits) {

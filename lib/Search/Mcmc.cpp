@@ -210,8 +210,20 @@ public:
         continue;
       }
       OpId op = static_cast<OpId>(rng.uniform(g.numOps()));
+      // One proposal in eight on an op whose weight gradients can wait for
+      // different ops changes only when they run (WeightGradOrder), delta
+      // simulated like a configuration.
+      std::optional<WeightGradOrder> order;
+      if (!g.op(op).sem.weightInputs.empty()) {
+        std::vector<WeightGradOrder> orders = tg->weightGradOrders(op);
+        if (orders.size() > 1 && rng.uniform(8) == 0) {
+          WeightGradOrder now = tg->strategy().weightGradOrder(op);
+          orders.erase(std::find(orders.begin(), orders.end(), now));
+          order = orders[rng.uniform(orders.size())];
+        }
+      }
       OpConfig next;
-      bool local = !neighbours_[op].empty() && rng.uniform(4) == 0;
+      bool local = !order && !neighbours_[op].empty() && rng.uniform(4) == 0;
       if (local) {
         OpId nb = neighbours_[op][rng.uniform(neighbours_[op].size())];
         auto a = adaptConfig(tg->strategy().configs[nb], g.op(nb).sem,
@@ -221,7 +233,9 @@ public:
         else
           local = false;
       }
-      if (!local) {
+      if (order) {
+        next = tg->strategy().configs[op];
+      } else if (!local) {
         next = space_.sample(op, rng);
         // A folded chain draws until the configuration keeps the fold.
         for (int tries = 1; folded_.active() && tries < 32 &&
@@ -236,10 +250,10 @@ public:
                         next))
         continue;
       const OpConfig &old = tg->strategy().configs[op];
-      if (next == old)
+      if (!order && next == old)
         continue;
       ++r.proposals;
-      if (auto err = sim->stage(op, next)) {
+      if (auto err = sim->stage(op, next, order)) {
         // A configuration the pipeline refuses (it would divide the
         // micro-batch unevenly): not a proposal.
         llvm::consumeError(std::move(err));

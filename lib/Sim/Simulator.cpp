@@ -127,13 +127,15 @@ void Simulator::startFull() {
   start(0, initial);
 }
 
-llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c) {
-  if (auto err = stage(o, c))
+llvm::Expected<Seconds> Simulator::apply(OpId o, const OpConfig &c,
+                                         std::optional<WeightGradOrder> order) {
+  if (auto err = stage(o, c, order))
     return llvm::Error(std::move(err));
   return *resume();
 }
 
-llvm::Error Simulator::stage(OpId o, const OpConfig &c) {
+llvm::Error Simulator::stage(OpId o, const OpConfig &c,
+                             std::optional<WeightGradOrder> order) {
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
   if (order_.empty() && tg_.numAlive() > 0)
@@ -152,7 +154,8 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c) {
         {tasks[t].key,
          {tasks[t].ready, tasks[t].start, tasks[t].end, tasks[t].seq}});
   OpConfig previous = tg_.strategy().configs[o];
-  if (auto err = tg_.changeConfig(o, c, changed, removedReady)) {
+  WeightGradOrder previousOrder = tg_.strategy().weightGradOrder(o);
+  if (auto err = tg_.changeConfig(o, c, changed, removedReady, order)) {
     // A folded graph refused the configuration after rebuilding segments:
     // the previous timeline again, under the rebuilt tasks' ids.
     if (tg_.restoredAfterBreak())
@@ -194,6 +197,7 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c) {
   Journal &j = journal_;
   j.op = o;
   j.previous = std::move(previous);
+  j.previousOrder = previousOrder;
   j.keep = keep;
   j.orderTail.assign(order_.begin() + keep, order_.end());
   j.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
@@ -277,7 +281,8 @@ llvm::Error Simulator::undo() {
   queue_.clear();
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
-  if (auto err = tg_.changeConfig(j.op, j.previous, changed, removedReady))
+  if (auto err = tg_.changeConfig(j.op, j.previous, changed, removedReady,
+                                  j.previousOrder))
     return err;
   std::vector<Task> &tasks = tg_.tasks();
   if (remaining_.size() < tasks.size())

@@ -149,6 +149,45 @@ llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &tile) {
   return *t;
 }
 
+void TaskGraph::setWeightGradOrder(OpId o, WeightGradOrder order) {
+  std::vector<uint8_t> &wg = strategy_.weightGrad;
+  if (order != WeightGradOrder::Next && wg.empty())
+    wg.assign(ctx_->graph.numOps(), 0);
+  if (!wg.empty()) {
+    wg[size_t(o)] = uint8_t(order);
+    // All Next is the empty vector, as a strategy that never had another.
+    if (std::all_of(wg.begin(), wg.end(), [](uint8_t v) { return v == 0; }))
+      wg.clear();
+  }
+  setAnchor(o, order);
+}
+
+void TaskGraph::setAnchor(OpId o, WeightGradOrder order) {
+  OpId &anchor = gradAnchor_[size_t(o)];
+  if (anchor >= 0) {
+    auto &by = anchoredBy_[size_t(anchor)];
+    by.erase(std::remove(by.begin(), by.end(), o), by.end());
+  }
+  anchor = order == WeightGradOrder::Next   ? nextAnchor_[size_t(o)]
+           : order == WeightGradOrder::Last ? rootAnchor_[size_t(o)]
+                                            : -1;
+  if (anchor >= 0) {
+    // In id order, as build() adds them.
+    auto &by = anchoredBy_[size_t(anchor)];
+    by.insert(std::upper_bound(by.begin(), by.end(), o), o);
+  }
+}
+
+std::vector<WeightGradOrder> TaskGraph::weightGradOrders(OpId o) const {
+  if (!splitsWeightGrad() || nextAnchor_[size_t(o)] < 0)
+    return {};
+  std::vector<WeightGradOrder> out = {WeightGradOrder::Next,
+                                      WeightGradOrder::Now};
+  if (rootAnchor_[size_t(o)] != nextAnchor_[size_t(o)])
+    out.push_back(WeightGradOrder::Last);
+  return out;
+}
+
 bool TaskGraph::defersWeightGrad(OpId o) const {
   if (gradAnchor_[size_t(o)] < 0 || !splitsWeightGrad())
     return false;
@@ -568,12 +607,16 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
       tg.weightedPos_[size_t(o.id)] = int32_t(tg.weighted_.size());
       tg.weighted_.push_back(o.id);
     }
-  // Each weighted op's weight gradients wait for the backward-data of the
-  // last op with weights (the highest id: the first to run its backward)
-  // upstream of it through gradient inputs, in its pipeline stage: the one
-  // its input gradients reach next. DP in id order (ids are topological).
+  // Each weighted op's weight gradients wait (WeightGradOrder::Next) for
+  // the backward-data of the last op with weights (the highest id: the
+  // first to run its backward) upstream of it through gradient inputs, in
+  // its pipeline stage: the one its input gradients reach next; under Last
+  // for the farthest along that chain of nearest ones (its root); under Now
+  // for none. DP in id order (ids are topological).
   tg.gradAnchor_.assign(g.numOps(), -1);
   tg.anchoredBy_.assign(g.numOps(), {});
+  tg.nextAnchor_.assign(g.numOps(), -1);
+  tg.rootAnchor_.assign(g.numOps(), -1);
   std::vector<OpId> upstream(g.numOps(), -1);
   for (const Op &o : g.ops()) {
     for (int i : o.sem.gradInputs) {
@@ -584,10 +627,13 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
       OpId best = tg.weightedPos_[size_t(p)] >= 0 ? p : upstream[size_t(p)];
       upstream[size_t(o.id)] = std::max(upstream[size_t(o.id)], best);
     }
-    if (tg.weightedPos_[size_t(o.id)] >= 0 && upstream[size_t(o.id)] >= 0) {
-      tg.gradAnchor_[size_t(o.id)] = upstream[size_t(o.id)];
-      tg.anchoredBy_[size_t(upstream[size_t(o.id)])].push_back(o.id);
-    }
+    OpId next = upstream[size_t(o.id)];
+    if (tg.weightedPos_[size_t(o.id)] < 0 || next < 0)
+      continue;
+    tg.nextAnchor_[size_t(o.id)] = next;
+    OpId root = tg.rootAnchor_[size_t(next)];
+    tg.rootAnchor_[size_t(o.id)] = root >= 0 ? root : next;
+    tg.setAnchor(o.id, s.weightGradOrder(o.id));
   }
   tg.mem_.assign(ctx.topo.numDevices(), DeviceMemory());
   tg.work_.assign(tg.numResources(), 0);
@@ -721,7 +767,8 @@ llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
 
 llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
                                     std::vector<TaskId> &changed,
-                                    std::vector<Seconds> &removedReady) {
+                                    std::vector<Seconds> &removedReady,
+                                    std::optional<WeightGradOrder> order) {
   restoredAfterBreak_ = false;
   const Op &op = ctx_->graph.op(o);
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
@@ -759,8 +806,11 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   for (ValueId w : ws)
     removeWeight(w, touched, removedReady);
   OpConfig previous = strategy_.configs[o];
+  WeightGradOrder previousOrder = strategy_.weightGradOrder(o);
   addOpMemory(o, -1);
   strategy_.configs[o] = c;
+  if (order)
+    setWeightGradOrder(o, *order);
   addOpMemory(o, +1);
   // The op's gradient assembly and its producers' (which sum the gradients
   // it gives them) depend on its tiling.
@@ -795,7 +845,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     std::vector<TaskId> ch;
     std::vector<Seconds> rr;
     OpConfig prev = previous;
-    if (auto err = changeConfig(o, prev, ch, rr))
+    if (auto err = changeConfig(o, prev, ch, rr, previousOrder))
       return err;
     restoredAfterBreak_ = true;
     return llvm::make_error<FoldBroken>(ctx_->graph.where(o));

@@ -93,6 +93,26 @@ struct Pipeline {
   }
 };
 
+/// When a device runs an op's weight gradients (its backward-weight kernel,
+/// a task per weight after its backward-data: README, `soapc simulate`).
+/// Where the gradients are all-reduced, the order decides which all-reduce
+/// can start while the device still computes, and how long the op's saved
+/// activations and output gradients are held. A runtime choice, not a
+/// numerical one: every order computes the same gradients.
+enum class WeightGradOrder : uint8_t {
+  Next, ///< after the backward-data of the nearest op with weights up its
+        ///< gradient chain: the input gradients one weighted op ahead
+        ///< (Megatron-LM's deferred weight gradient); the default
+  Last, ///< after the backward of the farthest one along that chain (the
+        ///< first weighted op of the stage): every input gradient of the
+        ///< stage first, then the weight gradients, those of the ops
+        ///< nearest the input first (their all-reduces start soonest)
+  Now,  ///< right after its own backward-data (PyTorch's order)
+};
+llvm::StringRef weightGradOrderName(WeightGradOrder o);
+/// "next", "last" or "now".
+std::optional<WeightGradOrder> parseWeightGradOrder(llvm::StringRef name);
+
 /// A configuration for every op of a graph, indexed by OpId, how the
 /// iteration is pipelined, and which ops recompute their forward in the
 /// backward pass instead of keeping what it saves (issue 17).
@@ -116,9 +136,17 @@ struct Strategy {
   /// A weight used by several ops takes the highest stage among them.
   std::vector<uint8_t> zero;
   int zeroStage(OpId o) const { return zero.empty() ? 0 : zero[size_t(o)]; }
+  /// Per op with weights, when its weight gradients run (WeightGradOrder's
+  /// values); empty: Next everywhere.
+  std::vector<uint8_t> weightGrad;
+  WeightGradOrder weightGradOrder(OpId o) const {
+    return weightGrad.empty() ? WeightGradOrder::Next
+                              : WeightGradOrder(weightGrad[size_t(o)]);
+  }
   bool operator==(const Strategy &o) const {
     return configs == o.configs && pipeline == o.pipeline &&
-           recompute == o.recompute && zero == o.zero;
+           recompute == o.recompute && zero == o.zero &&
+           weightGrad == o.weightGrad;
   }
 };
 

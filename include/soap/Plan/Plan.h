@@ -76,6 +76,8 @@ struct PlanOp {
   int32_t stage = 0;      ///< its pipeline stage (version 2)
   bool recompute = false; ///< forward run again in backward (version 2)
   int32_t zero = 0;       ///< ZeRO stage of its weights, 0-3 (version 2)
+  /// When its weight gradients run (version 2; written when not "next").
+  WeightGradOrder weightGrad = WeightGradOrder::Next;
 
   bool operator==(const PlanOp &o) const;
 };

@@ -57,11 +57,15 @@ public:
   std::optional<Seconds> simulateFull(Seconds limit);
   /// Changes op `o`'s configuration and simulates the change (delta):
   /// stage() then resume().
-  llvm::Expected<Seconds> apply(OpId o, const OpConfig &c);
+  llvm::Expected<Seconds> apply(OpId o, const OpConfig &c,
+                                std::optional<WeightGradOrder> order = {});
   /// Changes op `o`'s configuration (the task graph, its memory) and keeps
   /// the schedule before the first time the change can matter, without
   /// simulating the rest: the caller may look at the graph's memory first.
-  llvm::Error stage(OpId o, const OpConfig &c);
+  /// With `order`, the op's weight-gradient order changes too
+  /// (TaskGraph::changeConfig).
+  llvm::Error stage(OpId o, const OpConfig &c,
+                    std::optional<WeightGradOrder> order = {});
   /// Simulates what stage() left. With a limit, stops as soon as the
   /// makespan is certain to exceed it (returns nullopt; resume() with a
   /// higher limit goes on, undo() takes the change back): every device's
@@ -142,6 +146,7 @@ private:
     bool valid = false;
     OpId op = -1;
     OpConfig previous;
+    WeightGradOrder previousOrder = WeightGradOrder::Next;
     uint32_t keep = 0;
     /// The old schedule's suffix: each task's old id and timing, and, for
     /// the tasks of rebuilt segments (their ids change), their position

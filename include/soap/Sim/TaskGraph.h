@@ -227,10 +227,17 @@ public:
   /// old ready times of removed tasks, for the delta simulator. A folded
   /// graph takes only a configuration that keeps the fold (FoldBroken
   /// otherwise, the previous configuration kept; restoredAfterBreak()
-  /// says whether its segments were rebuilt meanwhile).
+  /// says whether its segments were rebuilt meanwhile). With `order`, the
+  /// op's weight-gradient order (Strategy::weightGrad) changes with it:
+  /// its weight gradients wait for another op's backward-data.
   llvm::Error changeConfig(OpId o, const OpConfig &c,
                            std::vector<TaskId> &changed,
-                           std::vector<Seconds> &removedReady);
+                           std::vector<Seconds> &removedReady,
+                           std::optional<WeightGradOrder> order = {});
+
+  /// The weight-gradient orders that give op `o` different anchors (its
+  /// current one among them); one or none where the order cannot matter.
+  std::vector<WeightGradOrder> weightGradOrders(OpId o) const;
 
   /// The tasks changeConfig(o, ...) removes and rebuilds: op `o`'s own
   /// segment, its edges' and its weights'.
@@ -419,9 +426,18 @@ private:
   std::vector<OpId> weighted_;       ///< ops with weights, in id order
   std::vector<int32_t> weightedPos_; ///< per op: index in weighted_, or -1
   /// Per weighted op: the op whose backward-data its weight gradients wait
-  /// for (prepare()), or -1; and per op, the ops that wait for it.
+  /// for (build(), by the strategy's WeightGradOrder), or -1; and per op,
+  /// the ops that wait for it.
   std::vector<OpId> gradAnchor_;
   std::vector<std::vector<OpId>> anchoredBy_;
+  /// Per weighted op: its anchor under WeightGradOrder::Next and under
+  /// Last (the root of the chain of Next anchors), or -1.
+  std::vector<OpId> nextAnchor_, rootAnchor_;
+  /// Sets op `o`'s weight-gradient order in the strategy and its anchor
+  /// (setAnchor).
+  void setWeightGradOrder(OpId o, WeightGradOrder order);
+  /// Sets gradAnchor_[o] (and anchoredBy_) for `order`.
+  void setAnchor(OpId o, WeightGradOrder order);
   /// The backward pass's memory over time, per device: leaf o is what the
   /// device holds (beyond weights, gradients, optimizer state and buffers)
   /// while op o's backward runs. Ops run their backward in descending id

@@ -140,10 +140,26 @@ std::vector<std::string> whats(const std::vector<CheckFinding> &fs) {
 TEST_CASE("a plan reads back to its strategy", "[Plan]") {
   auto g = zooModel("lenet");
   Topology topo = exampleTopology("p100-4x4");
-  for (const char *which : {"data", "mixed"}) {
+  for (const char *which : {"data", "mixed", "ordered"}) {
     SECTION(which) {
-      Strategy s = std::string(which) == "data" ? dataParallel(*g, topo)
-                                                : mixedStrategy(*g, topo);
+      Strategy s = std::string(which) == "mixed" ? mixedStrategy(*g, topo)
+                                                 : dataParallel(*g, topo);
+      if (std::string(which) == "ordered") {
+        // Weight gradients last on one weighted op, now on another.
+        s.weightGrad.assign(g->numOps(), 0);
+        std::vector<OpId> weighted;
+        for (const Op &o : g->ops())
+          if (!o.sem.weightInputs.empty())
+            weighted.push_back(o.id);
+        REQUIRE(weighted.size() >= 3);
+        s.weightGrad[size_t(weighted[1])] = uint8_t(WeightGradOrder::Last);
+        s.weightGrad[size_t(weighted[2])] = uint8_t(WeightGradOrder::Now);
+        Json j = planToJson(
+            makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo)));
+        CHECK(j["ops"][size_t(weighted[1])]["weight_grad"] == "last");
+        CHECK(j["ops"][size_t(weighted[2])]["weight_grad"] == "now");
+        CHECK_FALSE(j["ops"][size_t(weighted[0])].contains("weight_grad"));
+      }
       Plan plan = makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo));
       std::string path = tempPath("plan");
       REQUIRE_FALSE(errorMessage(writePlan(plan, path)).size());
@@ -313,6 +329,10 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     j["ops"][0]["replica"] = 1;
     CHECK(parseError(j) == "p.json: /ops/0/replica: unknown field");
     j = good;
+    j["ops"][0]["weight_grad"] = "first";
+    CHECK(parseError(j) == "p.json: /ops/0/weight_grad: unknown "
+                           "weight-gradient order 'first' (next, last, now)");
+    j = good;
     j["ops"][3]["op"] = j["ops"][1]["op"];
     CHECK(parseError(j) == "p.json: /ops/3/op: op '" + g->op(1).name +
                                "' appears twice (first at /ops/1)");
@@ -393,6 +413,14 @@ TEST_CASE("a plan that does not match the graph is rejected", "[Plan]") {
     CHECK(strategyError(p, *g, topo) ==
           "p.json: /ops/1/devices/2: op '" + op1 +
               "': device 16 is not in topology 'p100-4x4' (16 devices)");
+  }
+  SECTION("weight-gradient order on an op without weights") {
+    Plan p = good;
+    REQUIRE(g->op(1).sem.weightInputs.empty());
+    p.ops[1].weightGrad = WeightGradOrder::Last;
+    CHECK(strategyError(p, *g, topo) ==
+          "p.json: /ops/1/weight_grad: op '" + op1 +
+              "' orders its weight gradients 'last', but it has no weights");
   }
   SECTION("too few devices") {
     Plan p = good;

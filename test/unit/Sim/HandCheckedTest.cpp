@@ -7,6 +7,7 @@
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Sim/Simulator.h"
 #include <catch2/catch.hpp>
+#include <set>
 
 using namespace soap;
 using namespace soap::test;
@@ -290,4 +291,95 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   CHECK(rSync->ready == wg[1]->end);
   CHECK(embSync->start < wg[1]->end);
   CHECK(wSync->start < wg[1]->end);
+}
+
+TEST_CASE("an op's weight gradients wait for the op its order names", "[Sim]") {
+  // An embedding, two LSTM layers and a projection, data parallel over
+  // p100-4x4's 16 GPUs. Under Next (the default) the upper LSTM's weight
+  // gradients wait for the lower LSTM's backward-data; under Last for the
+  // embedding's backward, the end of the input-gradient chain; under Now
+  // for nothing but their own backward-data.
+  const int64_t T = 8, N = 256, V = 4000, H = 512;
+  GraphBuilder b;
+  ValueId ids = b.input({T, N}, DType::I64);
+  ValueId e = b.op("Gather", {b.weight({V, H}), ids}, {{T, N, H}})[0];
+  auto lstm = [&](ValueId x) {
+    ValueId y = b.op("LSTM",
+                     {x, b.weight({1, 4 * H, H}), b.weight({1, 4 * H, H}),
+                      b.weight({1, 8 * H})},
+                     {{T, 1, N, H}}, {{"hidden_size", H}})[0];
+    return b.op("Squeeze", {y}, {{T, N, H}},
+                {{"axes", std::vector<int64_t>{1}}})[0];
+  };
+  ValueId y = lstm(lstm(e));
+  b.op("MatMul", {y, b.weight({H, V})}, {{T, N, V}});
+  requireOk(b.g.computeSemantics());
+  const OpId gather = 0, lower = 1, upper = 3, proj = 5;
+  REQUIRE(b.g.op(lower).kind == "LSTM");
+  REQUIRE(b.g.op(upper).kind == "LSTM");
+  REQUIRE(b.g.op(proj).kind == "MatMul");
+  Topology topo = exampleTopology("p100-4x4");
+  CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
+  CollectiveModel coll(topo);
+  SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
+  Strategy s = splitEvery(
+      b.g,
+      [&](const Op &o) {
+        size_t l = 0;
+        while (o.sem.loops[l].size != N)
+          ++l;
+        return l;
+      },
+      16);
+  // The tasks of op `o` of kind `k` on device 0.
+  auto on0 = [](const TaskGraph &tg, OpId o, TaskKind k) {
+    std::vector<const Task *> out;
+    for (const Task &t : tg.tasks())
+      if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
+        out.push_back(&t);
+    return out;
+  };
+  // The ops whose backward-data tasks a weight-gradient task of `o` on
+  // device 0 waits for.
+  auto waitsFor = [&](const TaskGraph &tg, OpId o) {
+    std::set<OpId> ops;
+    for (const Task *w : on0(tg, o, TaskKind::WeightGrad))
+      for (TaskId p : w->preds)
+        ops.insert(tg.tasks()[p].op);
+    return ops;
+  };
+  auto build = [&](WeightGradOrder order) {
+    Strategy t = s;
+    t.weightGrad.assign(b.g.numOps(), 0);
+    t.weightGrad[size_t(upper)] = uint8_t(order);
+    auto tg = TaskGraph::build(ctx, t);
+    if (!tg)
+      FAIL(errorMessage(tg.takeError()));
+    return std::move(*tg);
+  };
+  TaskGraph next = build(WeightGradOrder::Next),
+            last = build(WeightGradOrder::Last),
+            now = build(WeightGradOrder::Now);
+  CHECK(next.weightGradOrders(upper).size() == 3);
+  // The lower LSTM's next and last anchors are both the embedding.
+  CHECK(next.weightGradOrders(lower).size() == 2);
+  CHECK(waitsFor(next, upper) == std::set<OpId>{upper, lower});
+  CHECK(waitsFor(last, upper) == std::set<OpId>{upper, gather});
+  CHECK(waitsFor(now, upper) == std::set<OpId>{upper});
+  // The others keep their order.
+  for (const TaskGraph *tg : {&next, &last, &now}) {
+    CHECK(waitsFor(*tg, lower) == std::set<OpId>{lower, gather});
+    CHECK(waitsFor(*tg, proj) == std::set<OpId>{proj, upper});
+  }
+  // Simulated: the gradients run where their order puts them.
+  for (TaskGraph *tg : {&next, &last, &now}) {
+    Simulator sim(*tg);
+    sim.simulateFull();
+  }
+  Seconds gatherBwd = on0(last, gather, TaskKind::Backward)[0]->end;
+  for (const Task *w : on0(last, upper, TaskKind::WeightGrad))
+    CHECK(w->start >= gatherBwd);
+  Seconds lowerBwd = on0(now, lower, TaskKind::Backward)[0]->start;
+  for (const Task *w : on0(now, upper, TaskKind::WeightGrad))
+    CHECK(w->end <= lowerBwd);
 }

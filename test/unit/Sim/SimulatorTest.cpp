@@ -76,6 +76,14 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
   for (int step = 0; step < steps; ++step) {
     OpId o = static_cast<OpId>(rng.uniform(g->numOps()));
     OpConfig c = randomConfig(g->op(o).sem, topo.numDevices(), rng);
+    // One change in four on an op whose weight gradients can wait for
+    // different ops changes only when they run (mcmc's order moves).
+    std::optional<WeightGradOrder> order;
+    std::vector<WeightGradOrder> orders = tg->weightGradOrders(o);
+    if (orders.size() > 1 && rng.uniform(4) == 0) {
+      order = orders[rng.uniform(orders.size())];
+      c = tg->strategy().configs[o];
+    }
     // Half the changes are taken back (a rejected MCMC proposal): the
     // timeline must then be the old strategy's, exactly. Half are
     // simulated with a limit near the current time (mcmc's early
@@ -85,12 +93,12 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
     std::optional<Seconds> t;
     bool undo = mode % 2 == 1, stopped = false;
     if (mode < 2) {
-      auto applied = sim.apply(o, c);
+      auto applied = sim.apply(o, c, order);
       if (!applied)
         FAIL(errorMessage(applied.takeError()));
       t = *applied;
     } else {
-      requireOk(sim.stage(o, c));
+      requireOk(sim.stage(o, c, order));
       t = sim.resume(limit);
       stopped = !t;
       if (t)
@@ -103,6 +111,11 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
       t = sim.iterationTime();
     } else {
       s.configs[o] = c;
+      if (order) {
+        if (s.weightGrad.empty())
+          s.weightGrad.assign(g->numOps(), 0);
+        s.weightGrad[size_t(o)] = uint8_t(*order);
+      }
     }
     auto fresh = TaskGraph::build(ctx, s);
     if (!fresh)
@@ -110,7 +123,14 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
     Simulator full(*fresh);
     Seconds ft = full.simulateFull();
     INFO(model << " step " << step << " op " << g->op(o).name << " "
-               << c.str(g->op(o).sem) << (undo ? " (undone)" : ""));
+               << c.str(g->op(o).sem)
+               << (order ? " weight gradients " +
+                               weightGradOrderName(*order).str()
+                         : "")
+               << (undo ? " (undone)" : ""));
+    REQUIRE(tg->strategy().weightGrad.empty() ==
+            std::all_of(s.weightGrad.begin(), s.weightGrad.end(),
+                        [](uint8_t v) { return v == 0; }));
     REQUIRE(*t == ft);
     // A stop is a proof that the makespan passes the limit.
     if (stopped && !undo)

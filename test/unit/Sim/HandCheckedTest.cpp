@@ -30,6 +30,19 @@ Strategy splitEvery(const Graph &g, LoopOf loop, int32_t degree) {
   return s;
 }
 
+/// Every op of `g` split `degree` ways along its first loop of `size`.
+Strategy splitOnSize(const Graph &g, int64_t size, int32_t degree) {
+  return splitEvery(
+      g,
+      [&](const Op &o) {
+        size_t l = 0;
+        while (o.sem.loops[l].size != size)
+          ++l;
+        return l;
+      },
+      degree);
+}
+
 const Task *find(const TaskGraph &tg, TaskKind kind, OpId op) {
   for (const Task &t : tg.tasks())
     if (t.alive && t.kind == kind && t.op == op)
@@ -222,15 +235,7 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
   // Split on the sample loop: the only one of N's size.
-  Strategy s = splitEvery(
-      b.g,
-      [&](const Op &o) {
-        size_t l = 0;
-        while (o.sem.loops[l].size != N)
-          ++l;
-        return l;
-      },
-      16);
+  Strategy s = splitOnSize(b.g, N, 16);
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     FAIL(errorMessage(tg.takeError()));
@@ -322,15 +327,7 @@ TEST_CASE("an op's weight gradients wait for the op its order names", "[Sim]") {
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
-  Strategy s = splitEvery(
-      b.g,
-      [&](const Op &o) {
-        size_t l = 0;
-        while (o.sem.loops[l].size != N)
-          ++l;
-        return l;
-      },
-      16);
+  Strategy s = splitOnSize(b.g, N, 16);
   // The tasks of op `o` of kind `k` on device 0.
   auto on0 = [](const TaskGraph &tg, OpId o, TaskKind k) {
     std::vector<const Task *> out;

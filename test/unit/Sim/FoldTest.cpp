@@ -198,6 +198,26 @@ TEST_CASE("delta simulation on a folded graph", "[Sim][fold]") {
   REQUIRE(*t == fs.simulateFull());
   REQUIRE(!sim.undo());
   REQUIRE(sim.iterationTime() == before);
+  // A weight-gradient order changes no device's share: the folded graph
+  // takes it, and its delta equals a full simulation of the full graph.
+  OpId w = -1;
+  for (const Op &op : f.g->ops())
+    if (tg->weightGradOrders(op.id).size() == 3)
+      w = op.id;
+  REQUIRE(w >= 0);
+  auto tl = sim.apply(w, s.configs[size_t(w)], WeightGradOrder::Last);
+  if (!tl)
+    FAIL(errorMessage(tl.takeError()));
+  Strategy s3 = s;
+  s3.weightGrad.assign(f.g->numOps(), 0);
+  s3.weightGrad[size_t(w)] = uint8_t(WeightGradOrder::Last);
+  auto fullLast = TaskGraph::build(f.ctx, s3);
+  Simulator fl(*fullLast);
+  REQUIRE(*tl == fl.simulateFull());
+  REQUIRE(*tl != before);
+  REQUIRE(!sim.undo());
+  REQUIRE(sim.iterationTime() == before);
+  REQUIRE(tg->strategy() == s);
   // An asymmetric change is refused and the graph keeps its strategy.
   OpConfig odd = f.sampleSplit(o, 0, 8);
   llvm::Error err = sim.stage(o, odd);

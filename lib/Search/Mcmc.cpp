@@ -217,8 +217,11 @@ public:
       if (!g.op(op).sem.weightInputs.empty()) {
         std::vector<WeightGradOrder> orders = tg->weightGradOrders(op);
         if (orders.size() > 1 && rng.uniform(8) == 0) {
+          // Another order than the op's (which a plan or a stage move may
+          // have left outside the list: Last where it equals Next).
           WeightGradOrder now = tg->strategy().weightGradOrder(op);
-          orders.erase(std::find(orders.begin(), orders.end(), now));
+          orders.erase(std::remove(orders.begin(), orders.end(), now),
+                       orders.end());
           order = orders[rng.uniform(orders.size())];
         }
       }

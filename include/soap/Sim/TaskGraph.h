@@ -235,8 +235,10 @@ public:
                            std::vector<Seconds> &removedReady,
                            std::optional<WeightGradOrder> order = {});
 
-  /// The weight-gradient orders that give op `o` different anchors (its
-  /// current one among them); one or none where the order cannot matter.
+  /// The weight-gradient orders that give op `o` different anchors: Next
+  /// and Now, and Last where its anchor is not Next's; none where the
+  /// order cannot matter (no weighted op up its gradient chain, or weight
+  /// gradients not tasks of their own).
   std::vector<WeightGradOrder> weightGradOrders(OpId o) const;
 
   /// The tasks changeConfig(o, ...) removes and rebuilds: op `o`'s own

@@ -51,44 +51,30 @@ opConfig(const PlanOp &po, const Op &op, const Topology &topo,
   return c;
 }
 
+/// Per op of `g`, `value(po)` of the plan's op of its name; empty where
+/// every value is 0 (a Strategy's per-op vectors: recompute, zero, ...).
+template <typename Value>
+std::vector<uint8_t> perOp(const Plan &p, const Graph &g, Value value) {
+  std::vector<uint8_t> out;
+  for (const PlanOp &po : p.ops) {
+    uint8_t v = value(po);
+    OpId id = v ? g.findOp(po.name) : -1;
+    if (id < 0)
+      continue;
+    if (out.empty())
+      out.assign(g.numOps(), 0);
+    out[size_t(id)] = v;
+  }
+  return out;
+}
+
 /// The plan's pipeline on `s` (whose configs are set): stages by op name.
 void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
-  s.recompute.clear();
-  bool anyRecompute = false;
-  for (const PlanOp &po : p.ops)
-    anyRecompute |= po.recompute;
-  if (anyRecompute) {
-    s.recompute.assign(g.numOps(), 0);
-    for (const PlanOp &po : p.ops) {
-      OpId id = g.findOp(po.name);
-      if (id >= 0)
-        s.recompute[size_t(id)] = po.recompute;
-    }
-  }
-  s.zero.clear();
-  bool anyZero = false;
-  for (const PlanOp &po : p.ops)
-    anyZero |= po.zero != 0;
-  if (anyZero) {
-    s.zero.assign(g.numOps(), 0);
-    for (const PlanOp &po : p.ops) {
-      OpId id = g.findOp(po.name);
-      if (id >= 0)
-        s.zero[size_t(id)] = uint8_t(po.zero);
-    }
-  }
-  s.weightGrad.clear();
-  bool anyOrder = false;
-  for (const PlanOp &po : p.ops)
-    anyOrder |= po.weightGrad != WeightGradOrder::Next;
-  if (anyOrder) {
-    s.weightGrad.assign(g.numOps(), 0);
-    for (const PlanOp &po : p.ops) {
-      OpId id = g.findOp(po.name);
-      if (id >= 0)
-        s.weightGrad[size_t(id)] = uint8_t(po.weightGrad);
-    }
-  }
+  s.recompute =
+      perOp(p, g, [](const PlanOp &po) { return uint8_t(po.recompute); });
+  s.zero = perOp(p, g, [](const PlanOp &po) { return uint8_t(po.zero); });
+  s.weightGrad =
+      perOp(p, g, [](const PlanOp &po) { return uint8_t(po.weightGrad); });
   s.pipeline = Pipeline();
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;

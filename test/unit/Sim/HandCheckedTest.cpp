@@ -43,6 +43,17 @@ Strategy splitOnSize(const Graph &g, int64_t size, int32_t degree) {
       degree);
 }
 
+/// Device 0's tasks of op `o` of kind `k`, by key.
+std::vector<const Task *> on0(const TaskGraph &tg, OpId o, TaskKind k) {
+  std::vector<const Task *> out;
+  for (const Task &t : tg.tasks())
+    if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
+      out.push_back(&t);
+  std::sort(out.begin(), out.end(),
+            [](const Task *a, const Task *b) { return a->key < b->key; });
+  return out;
+}
+
 const Task *find(const TaskGraph &tg, TaskKind kind, OpId op) {
   for (const Task &t : tg.tasks())
     if (t.alive && t.kind == kind && t.op == op)
@@ -246,18 +257,8 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   auto kt = cost.kernel(b.g, lop, s.configs[lstm].tile(lop.sem, 0));
   if (!kt)
     FAIL(errorMessage(kt.takeError()));
-  // Device 0's tasks of an op, by kind.
-  auto on0 = [&](OpId o, TaskKind k) {
-    std::vector<const Task *> out;
-    for (const Task &t : tg->tasks())
-      if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
-        out.push_back(&t);
-    std::sort(out.begin(), out.end(),
-              [](const Task *a, const Task *b) { return a->key < b->key; });
-    return out;
-  };
-  auto bwd = on0(lstm, TaskKind::Backward);
-  auto wg = on0(lstm, TaskKind::WeightGrad);
+  auto bwd = on0(*tg, lstm, TaskKind::Backward);
+  auto wg = on0(*tg, lstm, TaskKind::WeightGrad);
   REQUIRE(bwd.size() == 1);
   REQUIRE(wg.size() == 3); // W, R, B in input order
   CHECK(bwd[0]->exe == kt->backwardData);
@@ -267,8 +268,8 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   CHECK(wg[0]->exe == Approx(kt->backwardWeight * double(4 * H * H) /
                              double(8 * H * H + 8 * H)));
   CHECK(wg[2]->exe / wg[0]->exe == Approx(double(8 * H) / double(4 * H * H)));
-  auto gbwd = on0(gather, TaskKind::Backward);
-  auto gwg = on0(gather, TaskKind::WeightGrad);
+  auto gbwd = on0(*tg, gather, TaskKind::Backward);
+  auto gwg = on0(*tg, gather, TaskKind::WeightGrad);
   REQUIRE(gbwd.size() == 1);
   REQUIRE(gwg.size() == 1);
   for (const Task *t : wg) {
@@ -328,14 +329,6 @@ TEST_CASE("an op's weight gradients wait for the op its order names", "[Sim]") {
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
   Strategy s = splitOnSize(b.g, N, 16);
-  // The tasks of op `o` of kind `k` on device 0.
-  auto on0 = [](const TaskGraph &tg, OpId o, TaskKind k) {
-    std::vector<const Task *> out;
-    for (const Task &t : tg.tasks())
-      if (t.alive && t.op == o && t.kind == k && t.resources[0] == 0)
-        out.push_back(&t);
-    return out;
-  };
   // The ops whose backward-data tasks a weight-gradient task of `o` on
   // device 0 waits for.
   auto waitsFor = [&](const TaskGraph &tg, OpId o) {

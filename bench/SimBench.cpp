@@ -11,6 +11,11 @@
 // one random op to a random legal configuration on those D devices (a few
 // loops split by divisors, a random contiguous device run), as MCMC does;
 // the walk accepts every proposal, so the strategies drift like a search.
+// Each proposal is also timed as MCMC makes it (the `mcmc` columns): the
+// acceptance threshold of Eq. 1 drawn first (soapc's default beta), the
+// delta simulation stopped once the makespan is certain to pass it, and a
+// rejected proposal undone; `resim before` is how many tasks an early
+// rejection re-simulated first.
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Sim/Simulator.h"
@@ -20,7 +25,9 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include "BenchArgs.h"
 #include <fmt/format.h>
 
@@ -88,8 +95,10 @@ int main(int argc, char **argv) {
   CostModel cost(topo->deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(*topo);
   Table t({"model", "devices", "tasks", "full ms", "delta ms", "resim tasks",
-           "speedup", "proposals/s", "undo ms"},
-          {false, true, true, true, true, true, true, true, true});
+           "speedup", "proposals/s", "undo ms", "mcmc ms", "rejected early",
+           "resim before", "mcmc proposals/s"},
+          {false, true, true, true, true, true, true, true, true, true, true,
+           true, true});
   Json rows = Json::array();
   for (const char *model : {"inception_v3", "nmt", "resnet101"}) {
     for (size_t devices : {4, 8, 16, 32, 64}) {
@@ -112,13 +121,37 @@ int main(int argc, char **argv) {
       // Walk: every proposal is delta-simulated; every 10th, the same new
       // strategy is also built and simulated from scratch, so full and delta
       // are timed on the same strategies.
-      Rng rng(42, model);
+      Rng rng(42, model), mcmcRng(7, model);
       size_t resim = 0, tasks = 0;
-      double deltaTotal = 0, fullTotal = 0, undoTotal = 0;
-      int fulls = 0, undos = 0;
+      double deltaTotal = 0, fullTotal = 0, undoTotal = 0, mcmcTotal = 0;
+      int fulls = 0, undos = 0, early = 0;
+      size_t earlyResim = 0;
       for (int p = 0; p < proposals; ++p) {
         OpId o = static_cast<OpId>(rng.uniform((*g)->numOps()));
         OpConfig c = randomConfig((*g)->op(o).sem, devices, rng);
+        // First as MCMC decides it (Eq. 1 with soapc's default beta, the
+        // threshold drawn first, the simulation stopped once the makespan
+        // is certain to pass it, a rejection taken back), then taken back
+        // untimed, so the walk below goes on the same.
+        Seconds cur = sim.iterationTime();
+        double beta = 200.0 / cur, u = mcmcRng.uniformReal();
+        Seconds limit = u > 0 ? cur - std::log(u) / beta
+                              : std::numeric_limits<Seconds>::infinity();
+        auto tm = Clock::now();
+        if (auto err = sim.stage(o, c))
+          return reportError(std::move(err), "bench-sim");
+        std::optional<Seconds> bt = sim.resume(limit);
+        if (!bt)
+          earlyResim += sim.lastResimulated();
+        bool accept = bt && (*bt <= cur || u < std::exp(beta * (cur - *bt)));
+        if (!accept)
+          if (auto err = sim.undo())
+            return reportError(std::move(err), "bench-sim");
+        mcmcTotal += since(tm);
+        early += !bt;
+        if (accept)
+          if (auto err = sim.undo())
+            return reportError(std::move(err), "bench-sim");
         auto t0 = Clock::now();
         auto r = sim.apply(o, c);
         deltaTotal += since(t0);
@@ -152,6 +185,7 @@ int main(int argc, char **argv) {
       }
       double delta = deltaTotal / proposals, full = fullTotal / fulls;
       double undo = undoTotal / std::max(1, undos);
+      double mcmc = mcmcTotal / proposals;
       tasks /= proposals;
       t.addRow({model, std::to_string(devices), withCommas(int64_t(tasks)),
                 fmt::format("{:.2f}", full * 1e3),
@@ -159,7 +193,11 @@ int main(int argc, char **argv) {
                 withCommas(int64_t(resim / proposals)),
                 fmt::format("{:.1f}x", full / delta),
                 withCommas(int64_t(1.0 / delta)),
-                fmt::format("{:.3f}", undo * 1e3)});
+                fmt::format("{:.3f}", undo * 1e3),
+                fmt::format("{:.3f}", mcmc * 1e3),
+                fmt::format("{:.0f}%", 100.0 * early / proposals),
+                withCommas(int64_t(early ? earlyResim / size_t(early) : 0)),
+                withCommas(int64_t(1.0 / mcmc))});
       rows.push_back({{"model", model},
                       {"devices", devices},
                       {"tasks", tasks},
@@ -167,7 +205,11 @@ int main(int argc, char **argv) {
                       {"delta_seconds_per_proposal", delta},
                       {"resimulated_tasks_per_proposal", resim / proposals},
                       {"speedup", full / delta},
-                      {"undo_seconds", undo}});
+                      {"undo_seconds", undo},
+                      {"mcmc_seconds_per_proposal", mcmc},
+                      {"rejected_early", double(early) / proposals},
+                      {"resimulated_before_early_rejection",
+                       early ? earlyResim / size_t(early) : 0}});
     }
   }
   t.print(llvm::outs());

@@ -150,6 +150,27 @@ public:
       }
       return true;
     };
+    // Eq. 1 decided before the simulation where it can be: a proposal
+    // (graph `next`, its u drawn) that cannot be accepted on memory is not
+    // simulated, and one whose makespan is certain to pass the threshold
+    // its u sets (t > cur - ln(u) / beta) is simulated only until that is
+    // certain; nullopt then. `simulate(limit)` is a bounded simulation of
+    // `next`: a delta resume or, after a structural move, a full one.
+    auto simulateUnless = [&](const TaskGraph &next, double u,
+                              auto simulate) -> std::optional<Seconds> {
+      bool fits = next.fits();
+      std::optional<Seconds> t;
+      if (!o_.earlyRejection ||
+          (curFits ? fits : fits || peakMemory(next) < curPeak)) {
+        Seconds limit = std::numeric_limits<Seconds>::infinity();
+        if (o_.earlyRejection && curFits && u > 0)
+          limit = cur - std::log(u) / beta;
+        t = simulate(limit);
+      }
+      if (!t)
+        ++r.rejectedEarly;
+      return t;
+    };
     for (uint64_t n = 1;; ++n) {
       double elapsed =
           std::chrono::duration<double>(Clock::now() - start).count();
@@ -198,8 +219,10 @@ public:
         }
         auto ntg = std::make_unique<TaskGraph>(std::move(*nb));
         auto nsim = std::make_unique<Simulator>(*ntg);
-        Seconds t = nsim->simulateFull();
-        if (decide(t, *ntg, n, elapsed, rng.uniformReal())) {
+        double u = rng.uniformReal();
+        std::optional<Seconds> t = simulateUnless(
+            *ntg, u, [&](Seconds limit) { return nsim->simulateFull(limit); });
+        if (t && decide(*t, *ntg, n, elapsed, u)) {
           tg = std::move(ntg);
           sim = std::move(nsim);
           groups_ = stageDeviceRanges(tg->strategy(), p_.topo.numDevices());
@@ -263,22 +286,9 @@ public:
         --r.proposals;
         continue;
       }
-      // Eq. 1 decided before the simulation where it can be: a proposal
-      // that cannot be accepted on memory is not simulated, and one whose
-      // makespan is certain to pass the threshold its u sets (t > cur -
-      // ln(u) / beta) is simulated only until that is certain.
       double u = rng.uniformReal();
-      bool fits = tg->fits();
-      std::optional<Seconds> t;
-      if (!o_.earlyRejection ||
-          (curFits ? fits : fits || peakMemory(*tg) < curPeak)) {
-        Seconds limit = std::numeric_limits<Seconds>::infinity();
-        if (o_.earlyRejection && curFits && u > 0)
-          limit = cur - std::log(u) / beta;
-        t = sim->resume(limit);
-      }
-      if (!t)
-        ++r.rejectedEarly;
+      std::optional<Seconds> t = simulateUnless(
+          *tg, u, [&](Seconds limit) { return sim->resume(limit); });
       if (t && decide(*t, *tg, n, elapsed, u)) {
         if (bestPending)
           r.best = tg->strategy();

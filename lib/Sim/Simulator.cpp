@@ -32,6 +32,44 @@ Seconds Simulator::resourceBound(uint32_t r) const {
   return (log.empty() ? 0 : log.back().end) + Seconds(left) * 1e-12;
 }
 
+void Simulator::growScratch() {
+  size_t n = tg_.tasks().size();
+  if (remaining_.size() < n) {
+    remaining_.resize(n, 0);
+    readyAfter_.resize(n, 0);
+  }
+  if (stamp_.size() < n)
+    stamp_.resize(n, 0);
+  if (mark_.size() < n)
+    mark_.resize(n, 0);
+}
+
+void Simulator::touch(TaskId id) {
+  Task &t = tg_.tasks()[id];
+  stamp_[id] = epoch_;
+  journal_.touched.push_back(
+      {id, {t.ready, t.start, t.end, t.seq}, t.simulated});
+  t.simulated = false;
+  t.seq = std::numeric_limits<uint32_t>::max();
+  // Its predecessors on the kept prefix are done; the others (this run's,
+  // or the old suffix's not yet re-simulated) are left.
+  const std::vector<Task> &tasks = tg_.tasks();
+  Seconds ready = 0;
+  uint32_t left = 0, after = 0;
+  for (TaskId p : t.preds) {
+    const Task &pt = tasks[p];
+    if (pt.simulated && pt.seq < keep_) {
+      ready = std::max(ready, pt.end);
+      after = std::max(after, pt.seq + 1);
+    } else {
+      ++left;
+    }
+  }
+  t.ready = ready;
+  remaining_[id] = left;
+  readyAfter_[id] = after;
+}
+
 std::optional<Seconds> Simulator::resume(Seconds limit) {
   std::vector<Task> &tasks = tg_.tasks();
   // The bound is in summed picoseconds, rounded per task, while the
@@ -69,13 +107,18 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
       }
     order_.push_back(item.id);
     orderReady_.push_back(t.ready);
+    orderReadyAfter_.push_back(readyAfter_[item.id]);
     prefixMaxEnd_.push_back(
         std::max(prefixMaxEnd_.empty() ? 0.0 : prefixMaxEnd_.back(), t.end));
     ++lastResimulated_;
     for (TaskId s : t.succs) {
+      // A staged run meets an old-suffix task for the first time.
+      if (stamp_[s] != epoch_)
+        touch(s);
       Task &n = tasks[s];
       n.ready = std::max(n.ready, t.end);
       if (--remaining_[s] == 0) {
+        readyAfter_[s] = t.seq + 1;
         queue_.push_back({n.ready, n.key, s});
         std::push_heap(queue_.begin(), queue_.end());
       }
@@ -97,15 +140,24 @@ std::optional<Seconds> Simulator::simulateFull(Seconds limit) {
 
 void Simulator::startFull() {
   std::vector<Task> &tasks = tg_.tasks();
+  journal_.valid = false;
   order_.clear();
   orderReady_.clear();
+  orderReadyAfter_.clear();
   prefixMaxEnd_.clear();
   resourceLog_.assign(tg_.numResources(), {});
   remaining_.assign(tasks.size(), 0);
+  readyAfter_.assign(tasks.size(), 0);
+  // Every task is this run's: none is met for the first time.
+  if (++epoch_ == 0)
+    epoch_ = 1;
+  stamp_.assign(tasks.size(), epoch_);
+  keep_ = 0;
   // The run's vectors at their final sizes: growing them a doubling at a
   // time copied millions of entries on 1,024-GPU graphs.
   order_.reserve(tg_.numAlive());
   orderReady_.reserve(tg_.numAlive());
+  orderReadyAfter_.reserve(tg_.numAlive());
   prefixMaxEnd_.reserve(tg_.numAlive());
   std::vector<uint32_t> perResource(tg_.numResources(), 0);
   std::vector<TaskId> initial;
@@ -140,6 +192,8 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
   std::vector<Seconds> removedReady;
   if (order_.empty() && tg_.numAlive() > 0)
     simulateFull();
+  else if (!queue_.empty())
+    resume(); // a run stopped at a limit and neither resumed nor undone
   journal_.valid = false;
   queue_.clear();
   std::vector<Task> &tasks = tg_.tasks();
@@ -162,10 +216,7 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
       simulateFull();
     return err;
   }
-  if (remaining_.size() < tasks.size())
-    remaining_.resize(tasks.size(), 0);
-  if (mark_.size() < tasks.size())
-    mark_.resize(tasks.size(), 0);
+  growScratch();
   // T*: the earliest time the change can matter in either schedule.
   constexpr Seconds inf = std::numeric_limits<Seconds>::infinity();
   Seconds tStar = inf;
@@ -185,15 +236,14 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
         lb = lb == inf ? tasks[p].end : std::max(lb, tasks[p].end);
     tStar = std::min(tStar, lb);
   }
-  for (TaskId t : changed)
-    mark_[t] &= uint8_t(~kChanged);
-  // Keep the schedule before T*.
+  // Keep the schedule before T*. Every changed or removed task lies after
+  // it (its ready time is at least T*), so the prefix is unchanged.
   uint32_t keep = static_cast<uint32_t>(
       std::lower_bound(orderReady_.begin(), orderReady_.end(), tStar) -
       orderReady_.begin());
-  // The journal: the old suffix, as undo() must put it back. A task of a
-  // rebuilt segment is recorded by its key (its id changes); the rest by
-  // id, with the timing still in the task.
+  // The journal: the old suffix's positions, copied whole; the tasks of the
+  // rebuilt segments by key (their ids change); the other tasks only as the
+  // run touches them.
   Journal &j = journal_;
   j.op = o;
   j.previous = std::move(previous);
@@ -202,30 +252,17 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
   j.orderTail.assign(order_.begin() + keep, order_.end());
   j.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
   j.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep, prefixMaxEnd_.end());
-  j.timings.resize(j.orderTail.size());
-  j.rebuiltKeys.clear();
+  j.readyAfterTail.assign(orderReadyAfter_.begin() + keep,
+                          orderReadyAfter_.end());
+  j.touched.clear();
+  j.rebuilt.clear();
   for (size_t i = 0; i < segment.size(); ++i) {
     const Timing &old = segmentOld[i].second;
     if (old.seq >= keep && old.seq < order_.size() &&
-        order_[old.seq] == segment[i]) {
-      j.timings[old.seq - keep] = old;
-      j.rebuiltKeys.push_back({old.seq - keep, segmentOld[i].first});
-      mark_[segment[i]] |= kRebuilt;
-    }
+        order_[old.seq] == segment[i])
+      j.rebuilt.push_back({old.seq - keep, segmentOld[i].first, old});
   }
-  for (size_t i = 0; i < j.orderTail.size(); ++i) {
-    TaskId id = j.orderTail[i];
-    if (mark_[id] & kRebuilt)
-      continue;
-    const Task &t = tasks[id];
-    j.timings[i] = {t.ready, t.start, t.end, t.seq};
-  }
-  for (TaskId t : segment)
-    mark_[t] &= uint8_t(~kRebuilt);
   j.logTails.resize(resourceLog_.size());
-  order_.resize(keep);
-  orderReady_.resize(keep);
-  prefixMaxEnd_.resize(keep);
   for (size_t r = 0; r < resourceLog_.size(); ++r) {
     auto &log = resourceLog_[r];
     auto it = std::lower_bound(
@@ -235,40 +272,40 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
     log.erase(it, log.end());
   }
   j.valid = true;
-  // Everything else is re-simulated: the old suffix still alive, and the
-  // new tasks.
-  std::vector<TaskId> todo;
-  todo.reserve(j.orderTail.size() + changed.size());
-  auto take = [&](TaskId id) {
-    Task &t = tasks[id];
-    if (!t.alive || (t.simulated && t.seq < keep) || (mark_[id] & kTodo))
-      return;
-    mark_[id] |= kTodo;
-    t.simulated = false;
-    t.seq = std::numeric_limits<uint32_t>::max();
-    todo.push_back(id);
-  };
-  for (TaskId id : j.orderTail)
-    take(id);
-  for (TaskId id : changed)
-    take(id);
+  if (++epoch_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    epoch_ = 1;
+  }
+  keep_ = keep;
+  // The run starts from the tasks ready at position `keep`: those of the
+  // old suffix that a kept task made ready (their ready time stands), and
+  // the changed tasks whose predecessors are all kept. The rest of the old
+  // suffix is met as the run reaches it.
   std::vector<TaskId> initial;
-  for (TaskId id : todo) {
-    mark_[id] &= uint8_t(~kTodo);
-    Task &t = tasks[id];
-    t.ready = 0;
-    uint32_t left = 0;
-    for (TaskId p : t.preds) {
-      const Task &pt = tasks[p];
-      if (pt.simulated && pt.seq < keep)
-        t.ready = std::max(t.ready, pt.end);
-      else
-        ++left;
-    }
-    remaining_[id] = left;
-    if (left == 0)
+  for (size_t i = 0; i < j.readyAfterTail.size(); ++i) {
+    if (j.readyAfterTail[i] > keep)
+      continue;
+    TaskId id = j.orderTail[i];
+    const Task &t = tasks[id];
+    // (A removed task's slot: dead, or reused by a new task.)
+    if (!t.alive || !t.simulated || t.seq != keep + i ||
+        (mark_[id] & kChanged))
+      continue;
+    touch(id); // (all its predecessors kept: its ready time stands)
+    initial.push_back(id);
+  }
+  for (TaskId id : changed) {
+    mark_[id] &= uint8_t(~kChanged);
+    if (!tasks[id].alive || stamp_[id] == epoch_)
+      continue;
+    touch(id);
+    if (remaining_[id] == 0)
       initial.push_back(id);
   }
+  order_.resize(keep);
+  orderReady_.resize(keep);
+  orderReadyAfter_.resize(keep);
+  prefixMaxEnd_.resize(keep);
   start(keep, initial);
   return llvm::Error::success();
 }
@@ -279,16 +316,25 @@ llvm::Error Simulator::undo() {
   Journal &j = journal_;
   j.valid = false;
   queue_.clear();
+  std::vector<Task> &tasks = tg_.tasks();
+  // The tasks the run touched get their old timings back, before the graph
+  // changes back (which frees the new tasks' slots, and may reuse them).
+  for (const Touched &t : j.touched) {
+    if (!t.simulated)
+      continue;
+    Task &task = tasks[t.id];
+    task.ready = t.old.ready;
+    task.start = t.old.start;
+    task.end = t.old.end;
+    task.seq = t.old.seq;
+    task.simulated = true;
+  }
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
   if (auto err = tg_.changeConfig(j.op, j.previous, changed, removedReady,
                                   j.previousOrder))
     return err;
-  std::vector<Task> &tasks = tg_.tasks();
-  if (remaining_.size() < tasks.size())
-    remaining_.resize(tasks.size(), 0);
-  if (mark_.size() < tasks.size())
-    mark_.resize(tasks.size(), 0);
+  growScratch();
   // The rebuilt segments have the same tasks as before, under new ids.
   std::map<TaskKey, TaskId> byKey;
   std::vector<TaskId> segment = tg_.segmentTasks(j.op);
@@ -299,34 +345,29 @@ llvm::Error Simulator::undo() {
     simulateFull();
     return llvm::Error::success();
   }
-  for (const auto &[i, key] : j.rebuiltKeys) {
-    auto it = byKey.find(key);
+  for (const Rebuilt &r : j.rebuilt) {
+    auto it = byKey.find(r.key);
     if (it == byKey.end())
       return makeError(ExitCode::Internal,
                        "undo(): a rebuilt task has no counterpart");
-    j.orderTail[i] = it->second;
-  }
-  // Every task simulated after the kept prefix is forgotten, then the old
-  // suffix is put back.
-  for (size_t i = j.keep; i < order_.size(); ++i) {
-    Task &t = tasks[order_[i]];
-    if (t.alive)
-      t.simulated = false;
-  }
-  order_.resize(j.keep);
-  orderReady_.resize(j.keep);
-  prefixMaxEnd_.resize(j.keep);
-  for (size_t i = 0; i < j.orderTail.size(); ++i) {
-    Task &t = tasks[j.orderTail[i]];
-    t.ready = j.timings[i].ready;
-    t.start = j.timings[i].start;
-    t.end = j.timings[i].end;
-    t.seq = j.timings[i].seq;
+    j.orderTail[r.pos] = it->second;
+    Task &t = tasks[it->second];
+    t.ready = r.old.ready;
+    t.start = r.old.start;
+    t.end = r.old.end;
+    t.seq = r.old.seq;
     t.simulated = true;
   }
+  // The old suffix back in place of the run's.
+  order_.resize(j.keep);
+  orderReady_.resize(j.keep);
+  orderReadyAfter_.resize(j.keep);
+  prefixMaxEnd_.resize(j.keep);
   order_.insert(order_.end(), j.orderTail.begin(), j.orderTail.end());
   orderReady_.insert(orderReady_.end(), j.orderReadyTail.begin(),
                      j.orderReadyTail.end());
+  orderReadyAfter_.insert(orderReadyAfter_.end(), j.readyAfterTail.begin(),
+                          j.readyAfterTail.end());
   prefixMaxEnd_.insert(prefixMaxEnd_.end(), j.prefixMaxEndTail.begin(),
                        j.prefixMaxEndTail.end());
   for (size_t r = 0; r < resourceLog_.size(); ++r) {

@@ -122,10 +122,21 @@ private:
   /// The makespan's lower bound from resource `r`: the time it is free plus
   /// its tasks not yet run.
   Seconds resourceBound(uint32_t r) const;
+  /// A staged run's first look at task `id` (the journal keeps what it
+  /// held for undo()): it is taken off the kept timeline, and its ready
+  /// time and predecessors left are counted from the kept prefix.
+  void touch(TaskId id);
+  /// The per-task scratch vectors as long as the task vector.
+  void growScratch();
 
   TaskGraph &tg_;
+  /// The timeline, one entry per position: the task, its ready time, the
+  /// latest end so far, and one past the position of the predecessor that
+  /// made it ready (0: none), so stage() finds the tasks ready at a
+  /// position without visiting the others.
   std::vector<TaskId> order_;
   std::vector<Seconds> orderReady_, prefixMaxEnd_;
+  std::vector<uint32_t> orderReadyAfter_;
   /// Per resource: the tasks it ran, in order.
   std::vector<std::vector<LogEntry>> resourceLog_;
   /// The run in progress: ready tasks, and the next position.
@@ -134,13 +145,32 @@ private:
   /// Per resource: whether tasks on it wait for one another (devices and
   /// links; not the links Topology::nonBlocking names).
   std::vector<uint8_t> exclusive_;
-  std::vector<uint32_t> remaining_;
+  /// Per task, for the run in progress: predecessors left, and one past
+  /// the position of the one that made it ready.
+  std::vector<uint32_t> remaining_, readyAfter_;
   size_t lastResimulated_ = 0;
+  /// A staged run visits only the tasks it re-simulates: a task whose stamp
+  /// is not the run's epoch still holds the kept timeline. `keep_` is the
+  /// run's first position (every position in a full run).
+  std::vector<uint32_t> stamp_;
+  uint32_t epoch_ = 0;
+  uint32_t keep_ = 0;
+  bool staged_ = false;
 
-  /// What the last stage() replaced, for undo().
+  /// What the last stage() replaced, for undo(): only what the run touched.
   struct Timing {
     Seconds ready, start, end;
     uint32_t seq;
+  };
+  struct Touched {
+    TaskId id;
+    Timing old;
+    bool simulated; ///< false: a task the change created
+  };
+  struct Rebuilt {
+    size_t pos; ///< in the old suffix
+    TaskKey key;
+    Timing old;
   };
   struct Journal {
     bool valid = false;
@@ -148,17 +178,18 @@ private:
     OpConfig previous;
     WeightGradOrder previousOrder = WeightGradOrder::Next;
     uint32_t keep = 0;
-    /// The old schedule's suffix: each task's old id and timing, and, for
-    /// the tasks of rebuilt segments (their ids change), their position
-    /// in it and their key.
+    /// The old schedule's suffix (positions keep and on), copied whole; the
+    /// tasks the run touched, with their old timings; and the tasks of
+    /// rebuilt segments (their ids change), by key.
     std::vector<TaskId> orderTail;
     std::vector<Seconds> orderReadyTail, prefixMaxEndTail;
+    std::vector<uint32_t> readyAfterTail;
     std::vector<std::vector<LogEntry>> logTails;
-    std::vector<Timing> timings;
-    std::vector<std::pair<size_t, TaskKey>> rebuiltKeys;
+    std::vector<Touched> touched;
+    std::vector<Rebuilt> rebuilt;
   };
   /// Per task, scratch flags of stage(), clear between calls.
-  enum : uint8_t { kChanged = 1, kRebuilt = 2, kTodo = 4 };
+  enum : uint8_t { kChanged = 1 };
   std::vector<uint8_t> mark_;
   Journal journal_;
 };

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -79,8 +80,23 @@ struct TaskKey {
 
 /// A task's resources, predecessors or successors: most have one or two,
 /// held in the task itself (a graph of millions of tasks allocated three
-/// small vectors per task before).
-using TaskList = llvm::SmallVector<uint32_t, 2>;
+/// small vectors per task before). Its move cannot throw, and says so, so
+/// that a growing std::vector<Task> moves its tasks instead of copying them
+/// (llvm::SmallVector's move constructor is not declared noexcept).
+class TaskList : public llvm::SmallVector<uint32_t, 2> {
+  using Base = llvm::SmallVector<uint32_t, 2>;
+
+public:
+  using Base::Base;
+  TaskList() = default;
+  TaskList(const TaskList &) = default;
+  TaskList(TaskList &&o) noexcept : Base(std::move(static_cast<Base &>(o))) {}
+  TaskList &operator=(const TaskList &) = default;
+  TaskList &operator=(TaskList &&o) noexcept {
+    Base::operator=(std::move(static_cast<Base &>(o)));
+    return *this;
+  }
+};
 
 /// Members ordered by size, so that a task is 176 bytes, not 200.
 struct Task {
@@ -114,6 +130,8 @@ struct Task {
   bool alive = false;
   bool simulated = false; ///< (simulator)
 };
+static_assert(std::is_nothrow_move_constructible_v<Task>,
+              "a growing task vector must move its tasks, not copy them");
 
 /// Every op's gradient-assembly bytes per device (TaskGraph's memory model)
 /// for the last strategy built with it, kept between builds. They depend

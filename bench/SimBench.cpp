@@ -4,7 +4,8 @@
 // than full simulation. Issue 4's targets: delta >= 10x faster than full at
 // 16 devices and >= 30x at 64; >= 10,000 delta-simulated proposals per
 // second for Inception-v3 on 16 devices. Asserts nothing.
-//   build/bin/bench-sim [--proposals N] [--out bench/results/sim.json]
+//   build/bin/bench-sim [--proposals N] [--models inception_v3,nmt,resnet101]
+//                       [--devices 4,8,16,32,64] [--out bench/results/sim.json]
 //
 // Set-up: the model at 64 samples per device, data parallel over the first
 // D devices of dgx-h100-8 (64 H100), analytic cost model. A proposal changes
@@ -80,14 +81,25 @@ static OpConfig dataParallelConfig(const OpSemantics &sem, size_t devices) {
 int main(int argc, char **argv) {
   int proposals = 300;
   std::string out = "bench/results/sim.json";
+  // ",a,b," lists (empty: all).
+  std::string onlyModels, onlyDevices;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--proposals") && i + 1 < argc)
       proposals = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
       out = argv[++i];
+    else if (!std::strcmp(argv[i], "--models") && i + 1 < argc)
+      onlyModels = "," + std::string(argv[++i]) + ",";
+    else if (!std::strcmp(argv[i], "--devices") && i + 1 < argc)
+      onlyDevices = "," + std::string(argv[++i]) + ",";
     else
-      benchUsage("bench-sim [--proposals N] [--out FILE]", argv[i]);
+      benchUsage("bench-sim [--proposals N] [--models inception_v3,nmt,"
+                 "resnet101] [--devices 4,8,16,32,64] [--out FILE]",
+                 argv[i]);
   }
+  auto excluded = [](const std::string &only, const std::string &name) {
+    return !only.empty() && only.find("," + name + ",") == std::string::npos;
+  };
   auto topo = loadTopology(std::string(SOAP_SOURCE_DIR) +
                            "/examples/topologies/dgx-h100-8.json");
   if (!topo)
@@ -102,6 +114,9 @@ int main(int argc, char **argv) {
   Json rows = Json::array();
   for (const char *model : {"inception_v3", "nmt", "resnet101"}) {
     for (size_t devices : {4, 8, 16, 32, 64}) {
+      if (excluded(onlyModels, model) ||
+          excluded(onlyDevices, std::to_string(devices)))
+        continue;
       ImportOptions opts;
       opts.batch = 64 * static_cast<int64_t>(devices);
       auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +

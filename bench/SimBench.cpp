@@ -17,6 +17,7 @@
 // delta simulation stopped once the makespan is certain to pass it, and a
 // rejected proposal undone; `resim before` is how many tasks an early
 // rejection re-simulated first.
+#include "BenchArgs.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Sim/Simulator.h"
@@ -28,9 +29,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include "BenchArgs.h"
 #include <fmt/format.h>
+#include <limits>
 
 using namespace soap;
 using Clock = std::chrono::steady_clock;

@@ -288,8 +288,7 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
     TaskId id = j.orderTail[i];
     const Task &t = tasks[id];
     // (A removed task's slot: dead, or reused by a new task.)
-    if (!t.alive || !t.simulated || t.seq != keep + i ||
-        (mark_[id] & kChanged))
+    if (!t.alive || !t.simulated || t.seq != keep + i || (mark_[id] & kChanged))
       continue;
     touch(id); // (all its predecessors kept: its ready time stands)
     initial.push_back(id);

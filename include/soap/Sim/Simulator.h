@@ -155,7 +155,6 @@ private:
   std::vector<uint32_t> stamp_;
   uint32_t epoch_ = 0;
   uint32_t keep_ = 0;
-  bool staged_ = false;
 
   /// What the last stage() replaced, for undo(): only what the run touched.
   struct Timing {

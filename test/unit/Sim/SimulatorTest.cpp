@@ -57,6 +57,17 @@ timeline(const TaskGraph &tg) {
   return m;
 }
 
+/// Strategy `s` with op `o` at `c` (and its weight-gradient order).
+void commit(Strategy &s, OpId o, const OpConfig &c,
+            std::optional<WeightGradOrder> order, size_t numOps) {
+  s.configs[o] = c;
+  if (order) {
+    if (s.weightGrad.empty())
+      s.weightGrad.assign(numOps, 0);
+    s.weightGrad[size_t(o)] = uint8_t(*order);
+  }
+}
+
 void deltaEqualsFull(const std::string &model, int64_t batch,
                      const std::string &topoName, int steps, uint64_t seed) {
   auto g = zooModel(model, batch);
@@ -84,15 +95,33 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
       order = orders[rng.uniform(orders.size())];
       c = tg->strategy().configs[o];
     }
-    // Half the changes are taken back (a rejected MCMC proposal): the
-    // timeline must then be the old strategy's, exactly. Half are
-    // simulated with a limit near the current time (mcmc's early
-    // rejection): stopped, they are taken back or simulated on to the end.
-    int mode = int(rng.uniform(4));
+    // Modes 1, 3 and 4 take the change back (a rejected MCMC proposal):
+    // the timeline must then be the old strategy's, exactly. Modes 2 and 3
+    // simulate with a limit near the current time (mcmc's early
+    // rejection): stopped, the change is taken back (3) or simulated on to
+    // the end (2). Mode 4 takes it back unsimulated (mcmc's rejection on
+    // memory). Mode 5 stops it below the current time and leaves it: the
+    // next change's stage() must finish it first.
+    int mode = int(rng.uniform(6));
     Seconds limit = sim.iterationTime() * (0.9 + 0.2 * rng.uniformReal());
     std::optional<Seconds> t;
-    bool undo = mode % 2 == 1, stopped = false;
-    if (mode < 2) {
+    bool undo = mode == 1 || mode == 3 || mode == 4, stopped = false;
+    std::string then;
+    if (mode == 4) {
+      requireOk(sim.stage(o, c, order));
+    } else if (mode == 5) {
+      requireOk(sim.stage(o, c, order));
+      (void)sim.resume(limit * 0.9);
+      commit(s, o, c, order, g->numOps());
+      o = static_cast<OpId>(rng.uniform(g->numOps()));
+      c = randomConfig(g->op(o).sem, topo.numDevices(), rng);
+      order.reset();
+      then = " then " + g->op(o).name;
+      auto applied = sim.apply(o, c);
+      if (!applied)
+        FAIL(errorMessage(applied.takeError()));
+      t = *applied;
+    } else if (mode < 2) {
       auto applied = sim.apply(o, c, order);
       if (!applied)
         FAIL(errorMessage(applied.takeError()));
@@ -110,12 +139,7 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
       requireOk(sim.undo());
       t = sim.iterationTime();
     } else {
-      s.configs[o] = c;
-      if (order) {
-        if (s.weightGrad.empty())
-          s.weightGrad.assign(g->numOps(), 0);
-        s.weightGrad[size_t(o)] = uint8_t(*order);
-      }
+      commit(s, o, c, order, g->numOps());
     }
     auto fresh = TaskGraph::build(ctx, s);
     if (!fresh)
@@ -127,7 +151,7 @@ void deltaEqualsFull(const std::string &model, int64_t batch,
                << (order ? " weight gradients " +
                                weightGradOrderName(*order).str()
                          : "")
-               << (undo ? " (undone)" : ""));
+               << then << (undo ? " (undone)" : ""));
     REQUIRE(tg->strategy().weightGrad.empty() ==
             std::all_of(s.weightGrad.begin(), s.weightGrad.end(),
                         [](uint8_t v) { return v == 0; }));

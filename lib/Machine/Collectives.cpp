@@ -22,6 +22,8 @@
 #include <cassert>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 namespace soap {
 
@@ -65,11 +67,37 @@ static int ceilLog2(size_t n) {
   return k;
 }
 
+struct CollectiveModel::Memo {
+  struct Key {
+    Collective kind;
+    Bytes size;
+    std::vector<DeviceId> group;
+    bool operator==(const Key &o) const {
+      return kind == o.kind && size == o.size && group == o.group;
+    }
+  };
+  struct Hash {
+    size_t operator()(const Key &k) const {
+      uint64_t h = uint64_t(k.kind) * 0x9e3779b97f4a7c15ULL ^ uint64_t(k.size);
+      for (DeviceId d : k.group)
+        h = (h ^ d) * 0x100000001b3ULL;
+      return size_t(h);
+    }
+  };
+  /// At most this many answers (a group of 1,024 devices holds 4 KiB).
+  static constexpr size_t kEntries = 4096;
+  std::mutex mutex;
+  std::unordered_map<Key, CollectiveEstimate, Hash> answers;
+};
+
 CollectiveModel::CollectiveModel(const Topology &topo,
                                  const CollectiveProfile *profile)
-    : topo_(topo), profile_(profile) {
+    : topo_(topo), profile_(profile), memo_(std::make_unique<Memo>()) {
   computeNodeRings();
 }
+
+CollectiveModel::CollectiveModel(CollectiveModel &&) = default;
+CollectiveModel::~CollectiveModel() = default;
 
 AlphaBeta CollectiveModel::edgeParameters(
     const std::vector<std::pair<DeviceId, DeviceId>> &edges) const {
@@ -309,6 +337,24 @@ CollectiveModel::algorithmTime(CollectiveAlgorithm algo, Collective kind,
 CollectiveEstimate CollectiveModel::estimate(Collective kind,
                                              const std::vector<DeviceId> &group,
                                              Bytes size) const {
+  Memo::Key key{kind, size, group};
+  {
+    std::lock_guard<std::mutex> lock(memo_->mutex);
+    auto it = memo_->answers.find(key);
+    if (it != memo_->answers.end())
+      return it->second;
+  }
+  CollectiveEstimate e = compute(kind, group, size);
+  std::lock_guard<std::mutex> lock(memo_->mutex);
+  if (memo_->answers.size() >= Memo::kEntries)
+    memo_->answers.clear();
+  memo_->answers.emplace(std::move(key), e);
+  return e;
+}
+
+CollectiveEstimate CollectiveModel::compute(Collective kind,
+                                            const std::vector<DeviceId> &group,
+                                            Bytes size) const {
   if (algorithmTime(CollectiveAlgorithm::Local, kind, group, size))
     return {0, CollectiveAlgorithm::Local};
   if (auto t = algorithmTime(CollectiveAlgorithm::Measured, kind, group, size))

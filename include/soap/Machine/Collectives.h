@@ -8,6 +8,7 @@
 
 #include "soap/Machine/CollectiveProfile.h"
 #include "soap/Machine/Topology.h"
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -49,9 +50,13 @@ public:
   /// `topo` and `profile` (optional) must outlive the model.
   explicit CollectiveModel(const Topology &topo,
                            const CollectiveProfile *profile = nullptr);
+  CollectiveModel(CollectiveModel &&);
+  ~CollectiveModel();
 
   /// The fastest applicable algorithm and its time. A measured curve, when
   /// the profile has one for (kind, group shape), wins over the models.
+  /// Answers are kept and given again for the same arguments (safe from
+  /// several threads).
   CollectiveEstimate estimate(Collective kind,
                               const std::vector<DeviceId> &group,
                               Bytes size) const;
@@ -76,6 +81,9 @@ public:
   ringParameters(const std::vector<std::vector<DeviceId>> &orderedRings) const;
 
 private:
+  CollectiveEstimate compute(Collective kind,
+                             const std::vector<DeviceId> &group,
+                             Bytes size) const;
   AlphaBeta
   edgeParameters(const std::vector<std::pair<DeviceId, DeviceId>> &edges) const;
   std::optional<Seconds> flat(CollectiveAlgorithm algo, Collective kind,
@@ -89,6 +97,11 @@ private:
   const Topology &topo_;
   const CollectiveProfile *profile_;
   std::vector<uint32_t> ringPos_; ///< per device: position in its node's ring
+  /// estimate()'s answers: a pure function of its arguments, asked again
+  /// for the same group and size each time a searcher rebuilds a task graph
+  /// (on 1,024 GPUs each answer walks every route of the group).
+  struct Memo;
+  std::unique_ptr<Memo> memo_;
 };
 
 } // namespace soap

@@ -32,6 +32,14 @@ Seconds Simulator::resourceBound(uint32_t r) const {
   return (log.empty() ? 0 : log.back().end) + Seconds(left) * 1e-12;
 }
 
+void Simulator::restore(Task &t, const Timing &old) {
+  t.ready = old.ready;
+  t.start = old.start;
+  t.end = old.end;
+  t.seq = old.seq;
+  t.simulated = true;
+}
+
 void Simulator::growScratch() {
   size_t n = tg_.tasks().size();
   if (remaining_.size() < n) {
@@ -321,12 +329,7 @@ llvm::Error Simulator::undo() {
   for (const Touched &t : j.touched) {
     if (!t.simulated)
       continue;
-    Task &task = tasks[t.id];
-    task.ready = t.old.ready;
-    task.start = t.old.start;
-    task.end = t.old.end;
-    task.seq = t.old.seq;
-    task.simulated = true;
+    restore(tasks[t.id], t.old);
   }
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
@@ -350,12 +353,7 @@ llvm::Error Simulator::undo() {
       return makeError(ExitCode::Internal,
                        "undo(): a rebuilt task has no counterpart");
     j.orderTail[r.pos] = it->second;
-    Task &t = tasks[it->second];
-    t.ready = r.old.ready;
-    t.start = r.old.start;
-    t.end = r.old.end;
-    t.seq = r.old.seq;
-    t.simulated = true;
+    restore(tasks[it->second], r.old);
   }
   // The old suffix back in place of the run's.
   order_.resize(j.keep);

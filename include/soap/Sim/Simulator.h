@@ -161,6 +161,8 @@ private:
     Seconds ready, start, end;
     uint32_t seq;
   };
+  /// Task `t` back as it was simulated with timing `old`.
+  static void restore(Task &t, const Timing &old);
   struct Touched {
     TaskId id;
     Timing old;

@@ -20,10 +20,47 @@ void Simulator::start(uint32_t fromSeq, const std::vector<TaskId> &initial) {
   const std::vector<Task> &tasks = tg_.tasks();
   queue_.clear();
   for (TaskId t : initial)
-    queue_.push_back({tasks[t].ready, tasks[t].key, t});
-  std::make_heap(queue_.begin(), queue_.end());
+    pushReady({tasks[t].ready, tasks[t].key, t});
   nextSeq_ = fromSeq;
   lastResimulated_ = 0;
+}
+
+void Simulator::pushReady(const QItem &item) {
+  size_t i = queue_.size();
+  queue_.push_back(item);
+  while (i > 0) {
+    size_t parent = (i - 1) / 4;
+    if (!item.before(queue_[parent]))
+      break;
+    queue_[i] = queue_[parent];
+    i = parent;
+  }
+  queue_[i] = item;
+}
+
+Simulator::QItem Simulator::popReady() {
+  QItem top = queue_.front();
+  QItem last = queue_.back();
+  queue_.pop_back();
+  size_t n = queue_.size();
+  if (n == 0)
+    return top;
+  size_t i = 0;
+  for (;;) {
+    size_t first = 4 * i + 1;
+    if (first >= n)
+      break;
+    size_t best = first;
+    for (size_t c = first + 1; c < std::min(first + 4, n); ++c)
+      if (queue_[c].before(queue_[best]))
+        best = c;
+    if (!queue_[best].before(last))
+      break;
+    queue_[i] = queue_[best];
+    i = best;
+  }
+  queue_[i] = last;
+  return top;
 }
 
 Seconds Simulator::resourceBound(uint32_t r) const {
@@ -93,9 +130,7 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
         return std::nullopt;
   }
   while (!queue_.empty()) {
-    std::pop_heap(queue_.begin(), queue_.end());
-    QItem item = queue_.back();
-    queue_.pop_back();
+    QItem item = popReady();
     Task &t = tasks[item.id];
     Seconds begin = t.ready;
     for (uint32_t r : t.resources)
@@ -110,14 +145,18 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
     for (uint32_t r : t.resources)
       if (exclusive_[r]) {
         auto &log = resourceLog_[r];
-        log.push_back({t.seq, t.end, (log.empty() ? 0 : log.back().done) + ps});
+        int64_t done = (log.empty() ? 0 : log.back().done) + ps;
+        // Field by field: a braced temporary went through the stack and
+        // stalled on store forwarding.
+        LogEntry &e = log.emplace_back();
+        e.seq = t.seq;
+        e.end = t.end;
+        e.done = done;
         past = past || (bounded && resourceBound(r) > stopAt);
       }
-    order_.push_back(item.id);
-    orderReady_.push_back(t.ready);
-    orderReadyAfter_.push_back(readyAfter_[item.id]);
-    prefixMaxEnd_.push_back(
-        std::max(prefixMaxEnd_.empty() ? 0.0 : prefixMaxEnd_.back(), t.end));
+    timeline_.push_back(
+        {item.id, readyAfter_[item.id], t.ready,
+         std::max(timeline_.empty() ? 0.0 : timeline_.back().maxEnd, t.end)});
     ++lastResimulated_;
     for (TaskId s : t.succs) {
       // A staged run meets an old-suffix task for the first time.
@@ -127,8 +166,7 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
       n.ready = std::max(n.ready, t.end);
       if (--remaining_[s] == 0) {
         readyAfter_[s] = t.seq + 1;
-        queue_.push_back({n.ready, n.key, s});
-        std::push_heap(queue_.begin(), queue_.end());
+        pushReady({n.ready, n.key, s});
       }
     }
     if (past)
@@ -149,10 +187,7 @@ std::optional<Seconds> Simulator::simulateFull(Seconds limit) {
 void Simulator::startFull() {
   std::vector<Task> &tasks = tg_.tasks();
   journal_.valid = false;
-  order_.clear();
-  orderReady_.clear();
-  orderReadyAfter_.clear();
-  prefixMaxEnd_.clear();
+  timeline_.clear();
   resourceLog_.assign(tg_.numResources(), {});
   remaining_.assign(tasks.size(), 0);
   readyAfter_.assign(tasks.size(), 0);
@@ -163,10 +198,7 @@ void Simulator::startFull() {
   keep_ = 0;
   // The run's vectors at their final sizes: growing them a doubling at a
   // time copied millions of entries on 1,024-GPU graphs.
-  order_.reserve(tg_.numAlive());
-  orderReady_.reserve(tg_.numAlive());
-  orderReadyAfter_.reserve(tg_.numAlive());
-  prefixMaxEnd_.reserve(tg_.numAlive());
+  timeline_.reserve(tg_.numAlive());
   std::vector<uint32_t> perResource(tg_.numResources(), 0);
   std::vector<TaskId> initial;
   for (TaskId id = 0; id < tasks.size(); ++id) {
@@ -198,7 +230,7 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
                              std::optional<WeightGradOrder> order) {
   std::vector<TaskId> changed;
   std::vector<Seconds> removedReady;
-  if (order_.empty() && tg_.numAlive() > 0)
+  if (timeline_.empty() && tg_.numAlive() > 0)
     simulateFull();
   else if (!queue_.empty())
     resume(); // a run stopped at a limit and neither resumed nor undone
@@ -247,8 +279,9 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
   // Keep the schedule before T*. Every changed or removed task lies after
   // it (its ready time is at least T*), so the prefix is unchanged.
   uint32_t keep = static_cast<uint32_t>(
-      std::lower_bound(orderReady_.begin(), orderReady_.end(), tStar) -
-      orderReady_.begin());
+      std::lower_bound(timeline_.begin(), timeline_.end(), tStar,
+                       [](const Slot &s, Seconds t) { return s.ready < t; }) -
+      timeline_.begin());
   // The journal: the old suffix's positions, copied whole; the tasks of the
   // rebuilt segments by key (their ids change); the other tasks only as the
   // run touches them.
@@ -257,17 +290,13 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
   j.previous = std::move(previous);
   j.previousOrder = previousOrder;
   j.keep = keep;
-  j.orderTail.assign(order_.begin() + keep, order_.end());
-  j.orderReadyTail.assign(orderReady_.begin() + keep, orderReady_.end());
-  j.prefixMaxEndTail.assign(prefixMaxEnd_.begin() + keep, prefixMaxEnd_.end());
-  j.readyAfterTail.assign(orderReadyAfter_.begin() + keep,
-                          orderReadyAfter_.end());
+  j.tail.assign(timeline_.begin() + keep, timeline_.end());
   j.touched.clear();
   j.rebuilt.clear();
   for (size_t i = 0; i < segment.size(); ++i) {
     const Timing &old = segmentOld[i].second;
-    if (old.seq >= keep && old.seq < order_.size() &&
-        order_[old.seq] == segment[i])
+    if (old.seq >= keep && old.seq < timeline_.size() &&
+        timeline_[old.seq].task == segment[i])
       j.rebuilt.push_back({old.seq - keep, segmentOld[i].first, old});
   }
   j.logTails.resize(resourceLog_.size());
@@ -290,10 +319,10 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
   // the changed tasks whose predecessors are all kept. The rest of the old
   // suffix is met as the run reaches it.
   std::vector<TaskId> initial;
-  for (size_t i = 0; i < j.readyAfterTail.size(); ++i) {
-    if (j.readyAfterTail[i] > keep)
+  for (size_t i = 0; i < j.tail.size(); ++i) {
+    if (j.tail[i].readyAfter > keep)
       continue;
-    TaskId id = j.orderTail[i];
+    TaskId id = j.tail[i].task;
     const Task &t = tasks[id];
     // (A removed task's slot: dead, or reused by a new task.)
     if (!t.alive || !t.simulated || t.seq != keep + i || (mark_[id] & kChanged))
@@ -309,10 +338,7 @@ llvm::Error Simulator::stage(OpId o, const OpConfig &c,
     if (remaining_[id] == 0)
       initial.push_back(id);
   }
-  order_.resize(keep);
-  orderReady_.resize(keep);
-  orderReadyAfter_.resize(keep);
-  prefixMaxEnd_.resize(keep);
+  timeline_.resize(keep);
   start(keep, initial);
   return llvm::Error::success();
 }
@@ -352,21 +378,12 @@ llvm::Error Simulator::undo() {
     if (it == byKey.end())
       return makeError(ExitCode::Internal,
                        "undo(): a rebuilt task has no counterpart");
-    j.orderTail[r.pos] = it->second;
+    j.tail[r.pos].task = it->second;
     restore(tasks[it->second], r.old);
   }
   // The old suffix back in place of the run's.
-  order_.resize(j.keep);
-  orderReady_.resize(j.keep);
-  orderReadyAfter_.resize(j.keep);
-  prefixMaxEnd_.resize(j.keep);
-  order_.insert(order_.end(), j.orderTail.begin(), j.orderTail.end());
-  orderReady_.insert(orderReady_.end(), j.orderReadyTail.begin(),
-                     j.orderReadyTail.end());
-  orderReadyAfter_.insert(orderReadyAfter_.end(), j.readyAfterTail.begin(),
-                          j.readyAfterTail.end());
-  prefixMaxEnd_.insert(prefixMaxEnd_.end(), j.prefixMaxEndTail.begin(),
-                       j.prefixMaxEndTail.end());
+  timeline_.resize(j.keep);
+  timeline_.insert(timeline_.end(), j.tail.begin(), j.tail.end());
   for (size_t r = 0; r < resourceLog_.size(); ++r) {
     auto &log = resourceLog_[r];
     auto it = std::lower_bound(
@@ -380,7 +397,7 @@ llvm::Error Simulator::undo() {
 }
 
 Seconds Simulator::iterationTime() const {
-  return prefixMaxEnd_.empty() ? 0 : prefixMaxEnd_.back();
+  return timeline_.empty() ? 0 : timeline_.back().maxEnd;
 }
 
 std::vector<TaskId> Simulator::criticalPath() const {
@@ -408,7 +425,7 @@ std::vector<TaskId> Simulator::criticalPath() const {
             log.begin(), log.end(), t.seq,
             [](const LogEntry &e, uint32_t s) { return e.seq < s; });
         if (it != log.begin() && std::prev(it)->end == t.start) {
-          next = order_[std::prev(it)->seq];
+          next = timeline_[std::prev(it)->seq].task;
           break;
         }
       }
@@ -508,8 +525,8 @@ Json Simulator::chromeTrace() const {
                       {"tid", d},
                       {"args", {{"name", topo.deviceName(d)}}}});
   std::set<uint32_t> usedLinks;
-  for (TaskId id : order_) {
-    const Task &t = tasks[id];
+  for (const Slot &slot : timeline_) {
+    const Task &t = tasks[slot.task];
     std::string name = std::string(taskKindName(t.kind));
     if (t.op >= 0)
       name += " " + g.op(t.op).name;

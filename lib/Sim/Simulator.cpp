@@ -3,6 +3,8 @@
 #include "soap/Support/Error.h"
 
 #include <algorithm>
+#include <cassert>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -20,46 +22,65 @@ void Simulator::start(uint32_t fromSeq, const std::vector<TaskId> &initial) {
   const std::vector<Task> &tasks = tg_.tasks();
   queue_.clear();
   for (TaskId t : initial)
-    pushReady({tasks[t].ready, tasks[t].key, t});
+    queue_.push({tasks[t].ready, tasks[t].key, t});
   nextSeq_ = fromSeq;
   lastResimulated_ = 0;
 }
 
-void Simulator::pushReady(const QItem &item) {
-  size_t i = queue_.size();
-  queue_.push_back(item);
-  while (i > 0) {
-    size_t parent = (i - 1) / 4;
-    if (!item.before(queue_[parent]))
-      break;
-    queue_[i] = queue_[parent];
-    i = parent;
-  }
-  queue_[i] = item;
+void Simulator::ReadyQueue::clear() {
+  for (uint64_t m = nonEmpty_; m; m &= m - 1)
+    buckets_[size_t(__builtin_ctzll(m)) + 1].clear();
+  same_.clear();
+  nonEmpty_ = 0;
+  last_ = 0;
+  size_ = 0;
 }
 
-Simulator::QItem Simulator::popReady() {
-  QItem top = queue_.front();
-  QItem last = queue_.back();
-  queue_.pop_back();
-  size_t n = queue_.size();
-  if (n == 0)
-    return top;
-  size_t i = 0;
-  for (;;) {
-    size_t first = 4 * i + 1;
-    if (first >= n)
-      break;
-    size_t best = first;
-    for (size_t c = first + 1; c < std::min(first + 4, n); ++c)
-      if (queue_[c].before(queue_[best]))
-        best = c;
-    if (!queue_[best].before(last))
-      break;
-    queue_[i] = queue_[best];
-    i = best;
+int Simulator::ReadyQueue::bucketOf(Seconds ready) const {
+  uint64_t x;
+  std::memcpy(&x, &ready, sizeof x); // (>= 0: the bits order as the times)
+  assert(ready >= 0 && x >= last_ && "a task ready before the last popped");
+  return x == last_ ? 0 : 64 - __builtin_clzll(x ^ last_);
+}
+
+void Simulator::ReadyQueue::file(const QItem &item) {
+  int b = bucketOf(item.ready);
+  if (b == 0) {
+    same_.push_back(item);
+    std::push_heap(
+        same_.begin(), same_.end(),
+        [](const QItem &x, const QItem &y) { return y.key < x.key; });
+    return;
   }
-  queue_[i] = last;
+  buckets_[size_t(b)].push_back(item);
+  nonEmpty_ |= uint64_t(1) << (b - 1);
+}
+
+void Simulator::ReadyQueue::push(const QItem &item) {
+  file(item);
+  ++size_;
+}
+
+Simulator::QItem Simulator::ReadyQueue::pop() {
+  if (same_.empty()) {
+    // The least bucket's earliest time is the next; its tasks move to
+    // lower buckets (they agree with it on every higher bit).
+    size_t b = size_t(__builtin_ctzll(nonEmpty_)) + 1;
+    std::vector<QItem> &bucket = buckets_[b];
+    Seconds next = bucket.front().ready;
+    for (const QItem &q : bucket)
+      next = std::min(next, q.ready);
+    std::memcpy(&last_, &next, sizeof last_);
+    nonEmpty_ &= ~(uint64_t(1) << (b - 1));
+    for (const QItem &q : bucket)
+      file(q);
+    bucket.clear();
+  }
+  std::pop_heap(same_.begin(), same_.end(),
+                [](const QItem &x, const QItem &y) { return y.key < x.key; });
+  QItem top = same_.back();
+  same_.pop_back();
+  --size_;
   return top;
 }
 
@@ -130,7 +151,7 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
         return std::nullopt;
   }
   while (!queue_.empty()) {
-    QItem item = popReady();
+    QItem item = queue_.pop();
     Task &t = tasks[item.id];
     Seconds begin = t.ready;
     for (uint32_t r : t.resources)
@@ -146,8 +167,8 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
       if (exclusive_[r]) {
         auto &log = resourceLog_[r];
         int64_t done = (log.empty() ? 0 : log.back().done) + ps;
-        // Field by field: a braced temporary went through the stack and
-        // stalled on store forwarding.
+        // Written in place: a braced temporary went through the stack, and
+        // its copy waited on store forwarding.
         LogEntry &e = log.emplace_back();
         e.seq = t.seq;
         e.end = t.end;
@@ -166,7 +187,7 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
       n.ready = std::max(n.ready, t.end);
       if (--remaining_[s] == 0) {
         readyAfter_[s] = t.seq + 1;
-        pushReady({n.ready, n.key, s});
+        queue_.push({n.ready, n.key, s});
       }
     }
     if (past)

@@ -101,15 +101,32 @@ private:
     Seconds ready;
     TaskKey key;
     TaskId id;
-    bool before(const QItem &o) const {
-      return ready < o.ready || (ready == o.ready && key < o.key);
-    }
   };
-  /// The ready tasks: a 4-ary min-heap in (ready time, key) order, a total
-  /// order, so any heap pops them in the same order (a 4-ary one moves
-  /// fewer items and touches fewer cache lines than a binary one).
-  void pushReady(const QItem &item);
-  QItem popReady();
+  /// The ready tasks, popped in (ready time, key) order, a total order.
+  /// A run never pushes a task ready before the last one popped (a task is
+  /// ready no earlier than the end of the predecessor that made it ready),
+  /// so this is a radix heap over the ready time's bits: a push files the
+  /// task in the bucket of the highest bit where its time differs from the
+  /// last popped one, and a pop re-files only the least bucket's tasks. The
+  /// tasks ready at exactly the last popped time are a binary heap by key.
+  class ReadyQueue {
+  public:
+    void clear();
+    bool empty() const { return size_ == 0; }
+    void push(const QItem &item);
+    QItem pop();
+
+  private:
+    /// Bucket b (1-64): the highest differing bit is b - 1; 0: the same.
+    int bucketOf(Seconds ready) const;
+    void file(const QItem &item);
+    uint64_t last_ = 0; ///< the last popped ready time's bits
+    size_t size_ = 0;
+    std::vector<QItem> same_;
+    std::vector<std::vector<QItem>> buckets_ =
+        std::vector<std::vector<QItem>>(65);
+    uint64_t nonEmpty_ = 0; ///< bit b - 1: bucket b holds tasks
+  };
   /// One task a resource ran: its position in the order, its end, and the
   /// resource's summed task time up to and including it (picoseconds).
   struct LogEntry {
@@ -145,7 +162,7 @@ private:
   /// Per resource: the tasks it ran, in order.
   std::vector<std::vector<LogEntry>> resourceLog_;
   /// The run in progress: ready tasks, and the next position.
-  std::vector<QItem> queue_;
+  ReadyQueue queue_;
   uint32_t nextSeq_ = 0;
   /// Per resource: whether tasks on it wait for one another (devices and
   /// links; not the links Topology::nonBlocking names).

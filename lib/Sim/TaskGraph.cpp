@@ -851,14 +851,25 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     return llvm::make_error<FoldBroken>(ctx_->graph.where(o));
   }
   mirrorMemory();
-  for (TaskId t : touched)
-    if (tasks_[t].alive)
-      changed.push_back(t);
-  for (TaskId t : predsChanged_)
-    if (tasks_[t].alive)
-      changed.push_back(t);
-  std::sort(changed.begin(), changed.end());
-  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  if (changedStamp_.size() < tasks_.size())
+    changedStamp_.resize(tasks_.size(), 0);
+  if (++changedEpoch_ == 0) {
+    std::fill(changedStamp_.begin(), changedStamp_.end(), 0);
+    changedEpoch_ = 1;
+  }
+  size_t kept = 0;
+  for (TaskId t : changed)
+    if (changedStamp_[t] != changedEpoch_) {
+      changedStamp_[t] = changedEpoch_;
+      changed[kept++] = t;
+    }
+  changed.resize(kept);
+  for (const std::vector<TaskId> *more : {&touched, &predsChanged_})
+    for (TaskId t : *more)
+      if (tasks_[t].alive && changedStamp_[t] != changedEpoch_) {
+        changedStamp_[t] = changedEpoch_;
+        changed.push_back(t);
+      }
   return llvm::Error::success();
 }
 

@@ -242,7 +242,8 @@ public:
   /// Changes op `o`'s configuration, rebuilding its segments in place.
   /// `changed` receives every task whose existence, edges or time changed
   /// (new tasks and neighbours whose edges changed) and `removedReady` the
-  /// old ready times of removed tasks, for the delta simulator. A folded
+  /// old ready times of removed tasks, for the delta simulator (`changed`
+  /// in no particular order, each task once). A folded
   /// graph takes only a configuration that keeps the fold (FoldBroken
   /// otherwise, the previous configuration kept; restoredAfterBreak()
   /// says whether its segments were rebuilt meanwhile). With `order`, the
@@ -431,6 +432,11 @@ private:
   size_t edgePlanBytes_ = 0;
   size_t edgePlansDerived_ = 0;
   std::vector<TaskId> predsChanged_; ///< during changeConfig
+  /// changeConfig()'s list without repeats: a task is in it once when its
+  /// stamp is the call's (sorting it cost more than the rest of the call
+  /// for a change that rebuilt 100,000 transfers).
+  std::vector<uint32_t> changedStamp_;
+  uint32_t changedEpoch_ = 0;
   std::vector<int64_t> work_;        ///< per resource, picoseconds
   bool memoryOnly_ = false;          ///< buildMemory(): no tasks
   Fold fold_;

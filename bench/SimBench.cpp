@@ -16,7 +16,10 @@
 // acceptance threshold of Eq. 1 drawn first (soapc's default beta), the
 // delta simulation stopped once the makespan is certain to pass it, and a
 // rejected proposal undone; `resim before` is how many tasks an early
-// rejection re-simulated first.
+// rejection re-simulated first. `shifted tail`: of the tasks every 10th
+// delta re-simulated, the share at the end of the timeline that repeats the
+// old timeline shifted by the makespan's change, which is the most that
+// detecting convergence to the old timeline could save.
 #include "BenchArgs.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
@@ -26,6 +29,7 @@
 #include "soap/Support/Rng.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -62,6 +66,46 @@ static OpConfig randomConfig(const OpSemantics &sem, size_t devices, Rng &rng) {
   for (int64_t i = 0; i < tiles; ++i)
     c.devices.push_back(static_cast<DeviceId>(start + i));
   return c;
+}
+
+/// A timeline's tasks by key: their start and end.
+struct KeyedTiming {
+  TaskKey key;
+  Seconds start, end;
+  bool operator<(const KeyedTiming &o) const { return key < o.key; }
+};
+
+static std::vector<KeyedTiming> timingsByKey(const TaskGraph &tg) {
+  std::vector<KeyedTiming> v;
+  for (const Task &t : tg.tasks())
+    if (t.alive)
+      v.push_back({t.key, t.start, t.end});
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+/// How many tasks at the end of the new timeline repeat the old timeline
+/// shifted by the makespan's change (within a picosecond): the most a delta
+/// simulation that noticed it had converged to the old timeline could skip.
+static size_t shiftedTail(const TaskGraph &tg,
+                          const std::vector<KeyedTiming> &old, Seconds shift) {
+  std::vector<const Task *> order;
+  for (const Task &t : tg.tasks())
+    if (t.alive)
+      order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const Task *a, const Task *b) { return a->seq < b->seq; });
+  size_t tail = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it, ++tail) {
+    const Task &t = **it;
+    auto o = std::lower_bound(old.begin(), old.end(),
+                              KeyedTiming{t.key, 0, 0});
+    if (o == old.end() || !(o->key == t.key) ||
+        std::abs(t.start - o->start - shift) > 1e-12 ||
+        std::abs(t.end - o->end - shift) > 1e-12)
+      break;
+  }
+  return tail;
 }
 
 static OpConfig dataParallelConfig(const OpSemantics &sem, size_t devices) {
@@ -108,9 +152,9 @@ int main(int argc, char **argv) {
   CollectiveModel coll(*topo);
   Table t({"model", "devices", "tasks", "full ms", "delta ms", "resim tasks",
            "speedup", "proposals/s", "undo ms", "mcmc ms", "rejected early",
-           "resim before", "mcmc proposals/s"},
+           "resim before", "mcmc proposals/s", "shifted tail"},
           {false, true, true, true, true, true, true, true, true, true, true,
-           true, true});
+           true, true, true});
   Json rows = Json::array();
   for (const char *model : {"inception_v3", "nmt", "resnet101"}) {
     for (size_t devices : {4, 8, 16, 32, 64}) {
@@ -140,7 +184,7 @@ int main(int argc, char **argv) {
       size_t resim = 0, tasks = 0;
       double deltaTotal = 0, fullTotal = 0, undoTotal = 0, mcmcTotal = 0;
       int fulls = 0, undos = 0, early = 0;
-      size_t earlyResim = 0;
+      size_t earlyResim = 0, shifted = 0, sampledResim = 0;
       for (int p = 0; p < proposals; ++p) {
         OpId o = static_cast<OpId>(rng.uniform((*g)->numOps()));
         OpConfig c = randomConfig((*g)->op(o).sem, devices, rng);
@@ -167,12 +211,22 @@ int main(int argc, char **argv) {
         if (accept)
           if (auto err = sim.undo())
             return reportError(std::move(err), "bench-sim");
+        // Every 10th delta is also compared with the timeline before it.
+        std::vector<KeyedTiming> before;
+        Seconds beforeTime = sim.iterationTime();
+        if (p % 10 == 0)
+          before = timingsByKey(*tg);
         auto t0 = Clock::now();
         auto r = sim.apply(o, c);
         deltaTotal += since(t0);
         if (!r)
           return reportError(r.takeError(), "bench-sim");
         resim += sim.lastResimulated();
+        if (p % 10 == 0) {
+          shifted += std::min(sim.lastResimulated(),
+                              shiftedTail(*tg, before, *r - beforeTime));
+          sampledResim += sim.lastResimulated();
+        }
         tasks += tg->numAlive();
         // A rejected MCMC proposal is taken back: time undo(), then make
         // the change again (untimed) so the walk goes on the same.
@@ -212,7 +266,10 @@ int main(int argc, char **argv) {
                 fmt::format("{:.3f}", mcmc * 1e3),
                 fmt::format("{:.0f}%", 100.0 * early / proposals),
                 withCommas(int64_t(early ? earlyResim / size_t(early) : 0)),
-                withCommas(int64_t(1.0 / mcmc))});
+                withCommas(int64_t(1.0 / mcmc)),
+                fmt::format("{:.0f}%", 100.0 * double(shifted) /
+                                           double(std::max<size_t>(
+                                               1, sampledResim)))});
       rows.push_back({{"model", model},
                       {"devices", devices},
                       {"tasks", tasks},
@@ -224,7 +281,10 @@ int main(int argc, char **argv) {
                       {"mcmc_seconds_per_proposal", mcmc},
                       {"rejected_early", double(early) / proposals},
                       {"resimulated_before_early_rejection",
-                       early ? earlyResim / size_t(early) : 0}});
+                       early ? earlyResim / size_t(early) : 0},
+                      {"resimulated_share_repeating_old_shifted",
+                       double(shifted) /
+                           double(std::max<size_t>(1, sampledResim))}});
     }
   }
   t.print(llvm::outs());

@@ -47,9 +47,7 @@ void Simulator::ReadyQueue::file(const QItem &item) {
   int b = bucketOf(item.ready);
   if (b == 0) {
     same_.push_back(item);
-    std::push_heap(
-        same_.begin(), same_.end(),
-        [](const QItem &x, const QItem &y) { return y.key < x.key; });
+    std::push_heap(same_.begin(), same_.end(), QItem::laterKey);
     return;
   }
   buckets_[size_t(b)].push_back(item);
@@ -76,8 +74,7 @@ Simulator::QItem Simulator::ReadyQueue::pop() {
       file(q);
     bucket.clear();
   }
-  std::pop_heap(same_.begin(), same_.end(),
-                [](const QItem &x, const QItem &y) { return y.key < x.key; });
+  std::pop_heap(same_.begin(), same_.end(), QItem::laterKey);
   QItem top = same_.back();
   same_.pop_back();
   --size_;

@@ -101,6 +101,11 @@ private:
     Seconds ready;
     TaskKey key;
     TaskId id;
+    /// The ready queue's heap of tasks ready at one time puts the least key
+    /// first (std's heaps put the greatest first).
+    static bool laterKey(const QItem &x, const QItem &y) {
+      return y.key < x.key;
+    }
   };
   /// The ready tasks, popped in (ready time, key) order, a total order.
   /// A run never pushes a task ready before the last one popped (a task is

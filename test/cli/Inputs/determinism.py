@@ -1,13 +1,20 @@
 #!/usr/bin/python3
 """Determinism check (issue 10): every searcher `soapc --help` lists x every
-model of the zoo x seeds {0, 1, 42}: two searches each -- one with
---threads 1, one with --threads 2 (and --chains 2, so that threads have
-something to run) -- must exit alike and, when they write a plan, write
-plans with the same SHA-256. Two processes, two thread counts: a search
-that depends on addresses, timing or thread scheduling differs between
-them (a third run with --threads 1 added only CI time: issue 10's test
-took 506 s of it). A combination whose searches all exit 3 (no
-feasible plan) is skipped with a line saying so.
+model of the zoo: two searches each -- one with --threads 1, one with
+--threads 2 (and --chains 2, so that threads have something to run) --
+must exit alike and, when they write a plan, write the same plan. Two
+processes, two thread counts: a search that depends on addresses, timing
+or thread scheduling differs between them (a third run with --threads 1
+added only CI time: issue 10's test took 506 s of it). A combination whose
+searches all exit 3 (no feasible plan) is skipped with a line saying so.
+
+Seeds. The searchers in SEEDED draw random numbers: each runs at seeds
+{0, 1, 42}, and its two plans must have the same SHA-256. Every other
+searcher is deterministic without a seed, which only reaches its plan's
+"search.seed": it runs once at seed 0 (--threads 1) and once at seed 42
+(--threads 2), and the two plans must be equal but for that field. So a
+searcher that starts drawing from the seed fails here until it is added to
+SEEDED, and the seed-free searchers cost a third of what three seeds did.
 
     determinism.py SOAPC MODELS_DIR TOPOLOGY OUT_DIR [--jobs N] [--skip P,...]
 
@@ -20,6 +27,7 @@ Prints one line per combination that is not identical, a summary, and exits
 import argparse
 import concurrent.futures
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -28,6 +36,8 @@ import time
 
 SEEDS = (0, 1, 42)
 THREADS = (1, 2)
+SEEDED = ("mcmc", "exhaustive")
+UNSEEDED_SEEDS = (0, 42)  # with THREADS, pairwise
 BUDGET = 60
 BUDGETS = {"exhaustive": 4}  # each of its proposals is a full simulation
 BATCH = 64
@@ -47,6 +57,14 @@ def searchers(soapc):
         elif inside and names:
             break
     return names
+
+
+def unseeded(path):
+    """A plan's text with "search.seed" left out (json.dumps, sorted)."""
+    with open(path) as f:
+        plan = json.load(f)
+    plan.get("search", {}).pop("seed", None)
+    return json.dumps(plan, sort_keys=True)
 
 
 def run(soapc, model, topology, searcher, seed, threads, out):
@@ -69,12 +87,17 @@ def check(args, searcher, model, seed):
 
 
 def check_runs(args, searcher, model, seed):
+    """seed is None for a searcher outside SEEDED: its runs take seeds
+    UNSEEDED_SEEDS, and their plans are compared without search.seed."""
     name = os.path.splitext(os.path.basename(model))[0]
-    tag = f"{searcher} {name} seed {seed}"
-    results = []
-    for k, threads in enumerate(THREADS):
-        out = os.path.join(args.out, f"{searcher}-{name}-{seed}-{k}.json")
-        results.append(run(args.soapc, model, args.topology, searcher, seed,
+    seeds = UNSEEDED_SEEDS if seed is None else (seed,) * len(THREADS)
+    tag = (f"{searcher} {name} seed {seed}" if seed is not None else
+           f"{searcher} {name} seeds {', '.join(map(str, seeds))}")
+    results, outs = [], []
+    for k, (threads, s) in enumerate(zip(THREADS, seeds)):
+        out = os.path.join(args.out, f"{searcher}-{name}-{s}-{k}.json")
+        outs.append(out)
+        results.append(run(args.soapc, model, args.topology, searcher, s,
                            threads, out))
     codes = [r[0] for r in results]
     digests = [r[1] for r in results]
@@ -84,6 +107,12 @@ def check_runs(args, searcher, model, seed):
         return "skip", f"{tag}: skipped: no feasible plan (exit 3 in every run)"
     if codes[0] != 0:
         return "fail", f"{tag}: exit code {codes[0]}: {results[0][2]}"
+    if seed is None:
+        if len({unseeded(o) for o in outs}) != 1:
+            return "fail", (f"{tag}: plans differ beyond search.seed (threads "
+                            f"{', '.join(map(str, THREADS))}); if {searcher} "
+                            "now draws from the seed, add it to SEEDED")
+        return "same", f"{tag}: equal but for the seed"
     if len(set(digests)) != 1:
         return "fail", (f"{tag}: plans differ: " +
                         ", ".join(f"threads {t}: {d[:12]}" for t, d in
@@ -111,9 +140,12 @@ def main():
         print(f"determinism: found {len(names)} searchers and {len(models)} "
               "models; expected some of each")
         return 1
+    seeded = [n for n in names if n in SEEDED]
     print(f"determinism: searchers {', '.join(names)}; {len(models)} models; "
-          f"seeds {', '.join(map(str, SEEDS))}")
-    jobs = [(s, m, seed) for s in names for m in models for seed in SEEDS]
+          f"seeds {', '.join(map(str, SEEDS))} for {', '.join(seeded)}; "
+          f"{' and '.join(map(str, UNSEEDED_SEEDS))} for the others")
+    jobs = [(s, m, seed) for s in names for m in models
+            for seed in (SEEDS if s in SEEDED else (None,))]
     counts = {"same": 0, "skip": 0, "fail": 0}
     took = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
@@ -126,7 +158,8 @@ def main():
     # Where the test's time goes (it is the longest of the suite).
     for seconds, (s, m, seed) in sorted(took, reverse=True)[:5]:
         name = os.path.splitext(os.path.basename(m))[0]
-        print(f"determinism: slowest: {s} {name} seed {seed}: {seconds:.1f} s")
+        which = "seeds 0/42" if seed is None else f"seed {seed}"
+        print(f"determinism: slowest: {s} {name} {which}: {seconds:.1f} s")
     print(f"determinism: {len(jobs)} combinations: {counts['same']} "
           f"identical, {counts['skip']} skipped, {counts['fail']} failed")
     return 1 if counts["fail"] else 0

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <spdlog/spdlog.h>
@@ -475,27 +476,46 @@ std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit) {
   double total = 1;
   for (size_t o = 0; o < n; ++o)
     total *= double(m.configs(OpId(o)).size());
-  std::vector<FtCosts> all;
   if (n == 0 || total > double(limit))
-    return all;
+    return {};
+  // The frontier so far: memory strictly rising, time strictly falling. An
+  // assignment joins it unless one already there has no more memory and no
+  // more time (so of equal costs the first enumerated stays), and pushes out
+  // those it dominates: the set a sort of every assignment by (memory, time)
+  // and a scan for falling times gives, without storing every assignment.
+  std::vector<FtCosts> front;
+  auto offer = [&](const FtCosts &c) {
+    auto lo = std::lower_bound(
+        front.begin(), front.end(), c.memory,
+        [](const FtCosts &x, double mem) { return x.memory < mem; });
+    auto above = std::upper_bound(
+        lo, front.end(), c.memory,
+        [](double mem, const FtCosts &x) { return mem < x.memory; });
+    if (above != front.begin() && std::prev(above)->time <= c.time)
+      return;
+    auto hi = lo;
+    while (hi != front.end() && hi->time >= c.time)
+      ++hi;
+    front.insert(front.erase(lo, hi), c);
+  };
   FtAssignment a;
   a.config.assign(n, 0);
   a.reuse.assign(m.edges().size(), 0);
+  std::vector<size_t> counts(m.edges().size());
   uint64_t seen = 0;
   for (;;) {
     // Every combination of edge options under these configurations.
-    std::vector<size_t> counts;
     for (size_t e = 0; e < m.edges().size(); ++e) {
       const FtEdge &ed = m.edges()[e];
-      counts.push_back(m.edgeOptions(e, size_t(a.config[ed.producer]),
-                                     size_t(a.config[ed.consumer]))
-                           .size());
+      counts[e] = m.edgeOptions(e, size_t(a.config[ed.producer]),
+                                size_t(a.config[ed.consumer]))
+                      .size();
     }
     std::fill(a.reuse.begin(), a.reuse.end(), 0);
     for (;;) {
       if (++seen > limit)
         return {};
-      all.push_back(assignmentCosts(m, a));
+      offer(assignmentCosts(m, a));
       size_t e = 0;
       while (e < counts.size() && ++a.reuse[e] == counts[e])
         a.reuse[e++] = 0;
@@ -508,18 +528,7 @@ std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit) {
     if (o == n)
       break;
   }
-  std::stable_sort(
-      all.begin(), all.end(), [](const FtCosts &x, const FtCosts &y) {
-        return x.memory != y.memory ? x.memory < y.memory : x.time < y.time;
-      });
-  std::vector<FtCosts> out;
-  double v = std::numeric_limits<double>::infinity();
-  for (const FtCosts &c : all)
-    if (c.time < v) {
-      out.push_back(c);
-      v = c.time;
-    }
-  return out;
+  return front;
 }
 
 } // namespace soap

@@ -3,6 +3,7 @@
 #define SOAP_TEST_TESTINPUTS_H
 
 #include "soap/Import/OnnxImporter.h"
+#include "soap/Machine/DeviceCatalog.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
@@ -31,6 +32,13 @@ inline Topology exampleTopology(const std::string &name) {
   if (!t)
     FAIL(errorMessage(t.takeError()));
   return std::move(*t);
+}
+
+/// A device of the catalog (lib/Machine/DeviceCatalog.cpp) by name.
+inline const DeviceSpec &catalogDevice(const std::string &name) {
+  const DeviceSpec *d = findDevice(name);
+  REQUIRE(d);
+  return *d;
 }
 
 } // namespace soap::test

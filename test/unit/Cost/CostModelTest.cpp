@@ -1,6 +1,7 @@
 // The cost model: signatures, database round trips and merging, the
 // roofline's closed form, fitting to measurements, strict mode, memory.
 #include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
 
 #include "soap/Cost/CostModel.h"
 #include "soap/Cost/OpSignature.h"
@@ -29,12 +30,6 @@ Box rows(const OpSemantics &s, int loop, int64_t lo, int64_t hi) {
   return t;
 }
 
-const DeviceSpec &h100() {
-  const DeviceSpec *d = findDevice("H100-SXM");
-  REQUIRE(d);
-  return *d;
-}
-
 } // namespace
 
 TEST_CASE("signatures name region shapes and the padding a tile sees",
@@ -61,7 +56,7 @@ TEST_CASE("signatures name region shapes and the padding a tile sees",
 
 TEST_CASE("the roofline has its closed form", "[Cost]") {
   Graph g = convRelu();
-  CostModel cm(h100(), nullptr, CostMode::Analytic);
+  CostModel cm(catalogDevice("H100-SXM"), nullptr, CostMode::Analytic);
   const Op &conv = g.op(0);
   Box full = conv.sem.fullTile();
   KernelTimes k = cm.analytic(g, conv, full);
@@ -69,9 +64,10 @@ TEST_CASE("the roofline has its closed form", "[Cost]") {
   std::vector<DType> in(2, DType::F32), out(1, DType::F32);
   double bytes = conv.sem.tileBytes(Pass::Forward, full, in, out);
   double expect =
-      std::max(flops / (h100().fp32FlopsPerSec * 0.6),
-               bytes / (h100().memoryBandwidthBytesPerSec * 0.7)) +
-      h100().launchOverhead;
+      std::max(flops / (catalogDevice("H100-SXM").fp32FlopsPerSec * 0.6),
+               bytes / (catalogDevice("H100-SXM").memoryBandwidthBytesPerSec *
+                        0.7)) +
+      catalogDevice("H100-SXM").launchOverhead;
   CHECK(k.forward == Approx(expect));
   CHECK(k.source == CostSource::Analytic);
   // Relu has no weights: no backward-weight kernel.
@@ -92,7 +88,7 @@ TEST_CASE("the database answers, counts and round-trips", "[Cost]") {
   e.workspace = 4096;
   e.repeats = 20;
   db.add(opSignature(g, conv, conv.sem.fullTile()), e);
-  CostModel cm(h100(), &db, CostMode::Profile);
+  CostModel cm(catalogDevice("H100-SXM"), &db, CostMode::Profile);
   auto k = cm.kernel(g, conv, conv.sem.fullTile());
   REQUIRE(static_cast<bool>(k));
   CHECK(k->source == CostSource::Profile);
@@ -144,7 +140,7 @@ TEST_CASE("a pass is priced at the longer of its kernels' and its "
   e.launch[1] = 9e-6;
   std::string sig = opSignature(g, conv, conv.sem.fullTile());
   db.add(sig, e);
-  CostModel cm(h100(), &db, CostMode::Profile);
+  CostModel cm(catalogDevice("H100-SXM"), &db, CostMode::Profile);
   auto k = cm.kernel(g, conv, conv.sem.fullTile());
   REQUIRE(static_cast<bool>(k));
   CHECK(k->forward == 40e-6);
@@ -168,7 +164,7 @@ TEST_CASE("strict mode refuses to guess and names the signature", "[Cost]") {
   Graph g = convRelu();
   CostDatabase db;
   db.env.device = "H100-SXM";
-  CostModel cm(h100(), &db, CostMode::Strict);
+  CostModel cm(catalogDevice("H100-SXM"), &db, CostMode::Strict);
   auto k = cm.kernel(g, g.op(1), g.op(1).sem.fullTile());
   REQUIRE_FALSE(static_cast<bool>(k));
   CHECK(errorMessage(k.takeError()) ==
@@ -180,7 +176,7 @@ TEST_CASE("strict mode refuses to guess and names the signature", "[Cost]") {
 TEST_CASE("the roofline is fitted to measurements of the same kind",
           "[Cost]") {
   // Synthetic measurements of a device reaching 40% of FP32 peak on GEMMs.
-  const DeviceSpec &d = h100();
+  const DeviceSpec &d = catalogDevice("H100-SXM");
   CostDatabase db;
   db.env.device = d.name.str();
   for (int i = 1; i <= 5; ++i) {
@@ -202,7 +198,7 @@ TEST_CASE("the roofline prices a tile at the efficiency of measured tiles "
   // GEMMs that reach 10% of peak at 1e8 FLOPs (launch- and tail-bound) and
   // 80% at 1e12: a 1e12-FLOP tile the profile lacks is priced at 80%, not
   // at the kind's median over every size (10% here: 6 small, 5 large).
-  const DeviceSpec &d = h100();
+  const DeviceSpec &d = catalogDevice("H100-SXM");
   CostDatabase db;
   db.env.device = d.name.str();
   auto add = [&](int i, double flops, double frac) {
@@ -248,7 +244,7 @@ TEST_CASE("an op whose inputs need no gradient runs no backward-data "
   e.backwardData = 30e-6;
   e.backwardWeight = 50e-6;
   db.add(opSignature(g, conv, conv.sem.fullTile()), e);
-  CostModel cm(h100(), &db, CostMode::Profile);
+  CostModel cm(catalogDevice("H100-SXM"), &db, CostMode::Profile);
   auto k = cm.kernel(g, conv, conv.sem.fullTile());
   REQUIRE(static_cast<bool>(k));
   CHECK(k->forward == 40e-6);
@@ -266,7 +262,7 @@ TEST_CASE("the roofline's compute efficiency is fitted per element type",
   // FLOPs at 5% of the bf16 rate (a profile's bf16 tiles run without tensor
   // cores): an f32 tile the profile lacks is priced at 60%, a bf16 one at
   // 5%; before the fit was per type, the f32 tile took the 5% neighbours.
-  const DeviceSpec &d = h100();
+  const DeviceSpec &d = catalogDevice("H100-SXM");
   CostDatabase db;
   db.env.device = d.name.str();
   for (int i = 0; i < 5; ++i) {
@@ -316,7 +312,7 @@ TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",
   // loop at 10% (a CPU's hand-written pooling): a MaxPool tile the profile
   // lacks is priced at 10%, a kind without measurements at the median of
   // all (10, 80, 80: 80%).
-  const DeviceSpec &d = h100();
+  const DeviceSpec &d = catalogDevice("H100-SXM");
   double bw = d.memoryBandwidthBytesPerSec;
   CostDatabase db;
   db.env.device = d.name.str();
@@ -348,7 +344,7 @@ TEST_CASE("bandwidth-bound kinds are fitted each to their own measurements",
 TEST_CASE("tile memory counts weights, gradients and optimizer state",
           "[Cost]") {
   Graph g = convRelu();
-  CostModel cm(h100(), nullptr, CostMode::Analytic);
+  CostModel cm(catalogDevice("H100-SXM"), nullptr, CostMode::Analytic);
   const Op &conv = g.op(0);
   // Split output channels (loop 1) in two: half of the weights.
   Box half = rows(conv.sem, 1, 0, 2);

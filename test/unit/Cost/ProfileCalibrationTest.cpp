@@ -3,6 +3,7 @@
 // output whatever the order entries were added in, and merging of the
 // recorded environment.
 #include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
 
 #include "soap/Cost/CostModel.h"
 #include "soap/Cost/OpSignature.h"
@@ -21,12 +22,6 @@ Graph matmulRelu() {
   b.op("Relu", {y[0]}, {{64, 256}});
   requireOk(b.g.computeSemantics());
   return std::move(b.g);
-}
-
-const DeviceSpec &h100() {
-  const DeviceSpec *d = findDevice("H100-SXM");
-  REQUIRE(d);
-  return *d;
 }
 
 /// A profile as a person would write it: only the calibration section.
@@ -52,7 +47,7 @@ TEST_CASE("measured bandwidth and GEMM rate calibrate the roofline",
   CHECK(db->env.math == "fp32");
   CHECK(db->env.cudnn == "9.19.0");
   Graph g = matmulRelu();
-  const DeviceSpec &d = h100();
+  const DeviceSpec &d = catalogDevice("H100-SXM");
   CostModel cm(d, &*db, CostMode::Profile);
   CHECK(cm.peakFlops(DType::F32) == 5.0e13);
   CHECK(cm.memoryBandwidth() == 3.0e12);

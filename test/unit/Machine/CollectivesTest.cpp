@@ -2,20 +2,14 @@
 // algorithm, link contention, and TensorOpt's 2^i interpolation of measured
 // curves.
 #include "soap/Machine/Collectives.h"
+#include "../TestInputs.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
 #include <cmath>
 
 using namespace soap;
-
-static Topology loadExample(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
+using namespace soap::test;
 
 static std::vector<DeviceId> range(DeviceId lo, DeviceId hi) {
   std::vector<DeviceId> out;
@@ -33,7 +27,7 @@ static constexpr Bytes kOneGiB = Bytes(1) << 30;
 
 TEST_CASE("ring collectives on one NVSwitch node match the closed forms",
           "[Machine]") {
-  Topology t = loadExample("dgx-h100-1");
+  Topology t = exampleTopology("dgx-h100-1");
   CollectiveModel m(t);
   auto g = range(0, 8);
   double S = double(kOneGiB), B = t.pathBandwidth(0, 1),
@@ -61,7 +55,7 @@ TEST_CASE("ring collectives on one NVSwitch node match the closed forms",
 }
 
 TEST_CASE("the tree wins small all-reduces, the ring large ones", "[Machine]") {
-  Topology t = loadExample("dgx-h100-1");
+  Topology t = exampleTopology("dgx-h100-1");
   CollectiveModel m(t);
   auto g = range(0, 8);
   double B = t.pathBandwidth(0, 1), a = t.pathLatency(0, 1);
@@ -76,7 +70,7 @@ TEST_CASE("the tree wins small all-reduces, the ring large ones", "[Machine]") {
 }
 
 TEST_CASE("hierarchical all-reduce wins across two DGX nodes", "[Machine]") {
-  Topology t = loadExample("dgx-h100-2");
+  Topology t = exampleTopology("dgx-h100-2");
   CollectiveModel m(t);
   auto g = range(0, 16);
   double S = double(kOneGiB);
@@ -105,7 +99,7 @@ TEST_CASE("hierarchical all-reduce wins across two DGX nodes", "[Machine]") {
 TEST_CASE("concurrent rings share a NIC", "[Machine]") {
   // p100-4x4 has one NIC per node: the 4 cross-node rings of a hierarchical
   // all-reduce all cross it, each getting a quarter of 100 Gb/s.
-  Topology t = loadExample("p100-4x4");
+  Topology t = exampleTopology("p100-4x4");
   CollectiveModel m(t);
   std::vector<std::vector<DeviceId>> rings;
   for (DeviceId j = 0; j < 4; ++j)
@@ -116,7 +110,7 @@ TEST_CASE("concurrent rings share a NIC", "[Machine]") {
 }
 
 TEST_CASE("rings follow the fast NVLinks of a DGX-1V", "[Machine]") {
-  Topology t = loadExample("v100-2x8");
+  Topology t = exampleTopology("v100-2x8");
   CollectiveModel m(t);
   // The best cycle uses only double links: 0-3-2-1-5-6-7-4-0.
   auto order = m.ringOrder(range(0, 8));
@@ -129,7 +123,7 @@ TEST_CASE("rings follow the fast NVLinks of a DGX-1V", "[Machine]") {
 }
 
 TEST_CASE("send/recv crosses the route", "[Machine]") {
-  Topology t = loadExample("dgx-h100-2");
+  Topology t = exampleTopology("dgx-h100-2");
   CollectiveModel m(t);
   CollectiveEstimate e = m.estimate(Collective::SendRecv, {2, 13}, kOneGiB);
   CHECK(e.algorithm == CollectiveAlgorithm::PointToPoint);
@@ -178,7 +172,7 @@ TEST_CASE("profiles load from JSON, round-trip, and win when they apply",
         Approx(1536 / 2e9).epsilon(1e-12));
   CHECK(!p->predict(Collective::AllReduce, {1, 8}, 1536));
 
-  Topology t = loadExample("dgx-h100-2");
+  Topology t = exampleTopology("dgx-h100-2");
   CollectiveModel m(t, p);
   CollectiveEstimate e = m.estimate(Collective::AllReduce, range(0, 16), 1536);
   CHECK(e.algorithm == CollectiveAlgorithm::Measured);

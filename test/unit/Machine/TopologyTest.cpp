@@ -2,6 +2,7 @@
 // are deterministic shortest paths over the right links, levels and groups
 // follow the hierarchy, and malformed files fail naming the JSON pointer.
 #include "soap/Machine/Topology.h"
+#include "../TestInputs.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Machine/TopologyPrinter.h"
 #include "soap/Support/Error.h"
@@ -9,14 +10,7 @@
 #include <set>
 
 using namespace soap;
-
-static Topology loadExample(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
+using namespace soap::test;
 
 static std::string classes(const Topology &t, DeviceId a, DeviceId b) {
   std::string out;
@@ -70,7 +64,7 @@ TEST_CASE("every example topology loads and routes every pair", "[Machine]") {
   for (const char *name : {"dgx-h100-1", "dgx-h100-2", "dgx-h100-8", "p100-4x4",
                            "k80-16x4", "k80-8", "v100-2x8"}) {
     INFO(name);
-    Topology t = loadExample(name);
+    Topology t = exampleTopology(name);
     CHECK(t.name() == name);
     for (DeviceId a = 0; a < t.numDevices(); ++a)
       for (DeviceId b = 0; b < t.numDevices(); ++b) {
@@ -93,7 +87,7 @@ TEST_CASE("every example topology loads and routes every pair", "[Machine]") {
 }
 
 TEST_CASE("DGX H100 x2: counts, routes, bandwidth and latency", "[Machine]") {
-  Topology t = loadExample("dgx-h100-2");
+  Topology t = exampleTopology("dgx-h100-2");
   CHECK(t.numDevices() == 16);
   CHECK(t.numNodes() == 2);
   CHECK(t.numSwitchGroups() == 2);
@@ -118,7 +112,7 @@ TEST_CASE("DGX H100 x2: counts, routes, bandwidth and latency", "[Machine]") {
 }
 
 TEST_CASE("levels and groups follow the hierarchy", "[Machine]") {
-  Topology k80 = loadExample("k80-16x4");
+  Topology k80 = exampleTopology("k80-16x4");
   CHECK(k80.levelOf(0, 0) == Level::Device);
   CHECK(k80.levelOf(0, 1) == Level::Switch); // one K80 board
   CHECK(k80.levelOf(0, 2) == Level::Node);
@@ -129,7 +123,7 @@ TEST_CASE("levels and groups follow the hierarchy", "[Machine]") {
   CHECK(k80.groupsAt(Level::Cluster).front().size() == 64);
   CHECK(classes(k80, 0, 2) == "pcie pcie pcie pcie");
 
-  Topology big = loadExample("dgx-h100-128");
+  Topology big = exampleTopology("dgx-h100-128");
   CHECK(big.numDevices() == 1024);
   CHECK(big.numRacks() == 4);
   CHECK(big.levelOf(0, 8) == Level::Rack);
@@ -141,20 +135,20 @@ TEST_CASE("levels and groups follow the hierarchy", "[Machine]") {
 }
 
 TEST_CASE("routes prefer fast paths and fall back to PCIe", "[Machine]") {
-  Topology v = loadExample("v100-2x8");
+  Topology v = exampleTopology("v100-2x8");
   // DGX-1V: 0-3 has two NVLinks, 0-1 one, 0-5 none (PCIe).
   CHECK(v.pathBandwidth(0, 3) == Approx(50e9));
   CHECK(v.pathBandwidth(0, 1) == Approx(25e9));
   CHECK(classes(v, 0, 5) == "pcie pcie");
   CHECK(v.pathBandwidth(0, 5) == Approx(126e9 / 8));
-  Topology k = loadExample("k80-8");
+  Topology k = exampleTopology("k80-8");
   // Across sockets: board, CPU, socket link, CPU, board.
   CHECK(classes(k, 0, 7) == "pcie pcie socket pcie pcie");
   CHECK(k.pathLatency(0, 7) == Approx(4e-6));
 }
 
 TEST_CASE("loading is deterministic", "[Machine]") {
-  Topology a = loadExample("p100-4x4"), b = loadExample("p100-4x4");
+  Topology a = exampleTopology("p100-4x4"), b = exampleTopology("p100-4x4");
   for (DeviceId x = 0; x < a.numDevices(); ++x)
     for (DeviceId y = 0; y < a.numDevices(); ++y)
       CHECK(a.route(x, y) == b.route(x, y));
@@ -328,7 +322,7 @@ TEST_CASE("non-blocking links: a rack uplink that carries all its NICs",
   };
   // dgx-h100-128: 32 nodes x 8 NICs x 400 Gb/s = 102.4 Tb/s per rack, the
   // uplink's bandwidth: never the bottleneck, in either direction.
-  Topology big = loadExample("dgx-h100-128");
+  Topology big = exampleTopology("dgx-h100-128");
   CHECK(uplinks(big, true) == 8);
   CHECK(uplinks(big, false) == 0);
   // A NIC's own network link and every link of a GPU stay contended.

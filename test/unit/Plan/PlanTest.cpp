@@ -3,6 +3,7 @@
 // pointer, and `soapc check` finds what changed.
 #include "soap/Plan/Plan.h"
 
+#include "../TestInputs.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Parallel/BuiltinStrategies.h"
@@ -12,29 +13,11 @@
 #include <catch2/catch.hpp>
 
 using namespace soap;
+using namespace soap::test;
 
 namespace {
 
-const std::string kModels = std::string(SOAP_SOURCE_DIR) + "/examples/models/";
-const std::string kTopologies =
-    std::string(SOAP_SOURCE_DIR) + "/examples/topologies/";
 const std::string kModelSha(64, 'a'), kTopologySha(64, 'b');
-
-std::unique_ptr<Graph> zooModel(const std::string &name, int64_t batch = 64) {
-  ImportOptions opts;
-  opts.batch = batch;
-  auto g = importOnnx(kModels + name + ".onnx", opts);
-  if (!g)
-    FAIL(errorMessage(g.takeError()));
-  return std::move(*g);
-}
-
-Topology exampleTopology(const std::string &name) {
-  auto t = loadTopology(kTopologies + name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  return std::move(*t);
-}
 
 /// A strategy that mixes what a searcher might choose: some ops on one
 /// device, some data parallel, some split on two loops with replicas.

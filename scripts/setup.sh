@@ -2,7 +2,8 @@
 # Installs soapc's build and test dependencies from Debian 12 (as root, or
 # with sudo), then configures and builds into ./build. Idempotent: packages
 # already present are not reinstalled, and the build is incremental.
-#   scripts/setup.sh            build dependencies, then build
+#   scripts/setup.sh            what the build and its C++ tests need, then
+#                               build
 #   scripts/setup.sh --models   also python3-torch/torchvision/onnx, which
 #                               examples/models/export.py needs, and OpenBLAS
 #                               as PyTorch's BLAS (bench/step-time.py; the

@@ -3,6 +3,7 @@
 // section 2.2 MLP where the hybrid beats data and model parallelism.
 #include "../../../lib/Search/KCuts.h"
 #include "../IR/TestGraphs.h"
+#include "../TestInputs.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Parallel/BuiltinStrategies.h"
@@ -96,11 +97,7 @@ struct Machine {
 };
 
 Machine machine(const std::string &name) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        name + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  Machine m{std::move(*t), nullptr, nullptr};
+  Machine m{exampleTopology(name), nullptr, nullptr};
   m.cost = std::make_unique<CostModel>(m.topo.deviceSpec(), nullptr,
                                        CostMode::Analytic);
   m.coll = std::make_unique<CollectiveModel>(m.topo);

@@ -1,8 +1,7 @@
 // Searchers: mcmc is never slower than the baselines it starts from, its
 // result does not depend on the thread count, budgets parse, the registry
 // names unknown searchers.
-#include "soap/Import/OnnxImporter.h"
-#include "soap/Machine/TopologyLoader.h"
+#include "../TestInputs.h"
 #include "soap/Parallel/ConfigSpace.h"
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
@@ -10,6 +9,7 @@
 #include <functional>
 
 using namespace soap;
+using namespace soap::test;
 
 namespace {
 struct Fixture {
@@ -22,18 +22,8 @@ struct Fixture {
 
 Fixture fixture(const std::string &model, const std::string &topoName,
                 int64_t batch) {
-  auto t = loadTopology(std::string(SOAP_SOURCE_DIR) + "/examples/topologies/" +
-                        topoName + ".json");
-  if (!t)
-    FAIL(errorMessage(t.takeError()));
-  ImportOptions opts;
-  opts.batch = batch;
-  auto g = importOnnx(std::string(SOAP_SOURCE_DIR) + "/examples/models/" +
-                          model + ".onnx",
-                      opts);
-  if (!g)
-    FAIL(errorMessage(g.takeError()));
-  Fixture f{std::move(*g), std::move(*t), nullptr, nullptr};
+  Fixture f{zooModel(model, batch), exampleTopology(topoName), nullptr,
+            nullptr};
   f.cost = std::make_unique<CostModel>(f.topo.deviceSpec(), nullptr,
                                        CostMode::Analytic);
   f.coll = std::make_unique<CollectiveModel>(f.topo);

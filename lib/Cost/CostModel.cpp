@@ -74,6 +74,25 @@ double builtinComputeEfficiency(llvm::StringRef kind) {
   return 0.3;
 }
 constexpr double kBuiltinMemoryEfficiency = 0.7;
+
+/// The sustained bf16/fp16 rate of fused attention (forward and backward
+/// together, head dim 128, causal, sequence 2k, FLOPs of the executed
+/// blocks) where soap-profile has not measured it, from published
+/// throughput; 0 where none is known (the roofline's fraction applies).
+/// A100: FlashAttention-2 (Dao 2023, Fig. 4-6: 50-73% of peak forward,
+/// about 55% forward + backward): 0.55 x 312 TFLOP/s. H100 and H200 (the
+/// same SMs): FlashAttention-3 (Shah et al. 2024, Fig. 5-6, cuDNN within a
+/// few % of it): about 525 TFLOP/s forward and 425 backward at these
+/// shapes, so 450 for the 1 : 2.5 forward : backward FLOP mix.
+double publishedAttentionFlops(llvm::StringRef device, DType t) {
+  if (t != DType::BF16 && t != DType::F16)
+    return 0;
+  if (device.startswith("A100"))
+    return 0.55 * 312e12;
+  if (device.startswith("H100") || device.startswith("H200"))
+    return 450e12;
+  return 0;
+}
 /// The built-in fraction a GEMM reaches: measured GEMM rates stand for it.
 constexpr double kBuiltinGemmEfficiency = 0.7;
 
@@ -157,6 +176,57 @@ std::string CostModel::fitKey(llvm::StringRef kind, DType t) {
   return kind.str() + "|" + dtypeKey(t);
 }
 
+namespace {
+
+/// Tensor-core GEMMs need every operand's leading dimension a multiple of
+/// 16 bytes (8 bf16 elements); cuBLAS runs others on slower kernels (the
+/// H100 profile: the 50,257-column LM heads at 100-155 TFLOP/s, aligned
+/// MatMuls at 700-900). Such GEMMs are fitted and priced apart, which is
+/// why Megatron-LM pads its vocabulary (--make-vocab-size-divisible-by).
+constexpr int64_t kGemmAlignment = 8;
+const char *const kUnaligned = "|unaligned";
+
+bool isGemmKind(llvm::StringRef kind) {
+  return kind == "MatMul" || kind == "Gemm";
+}
+
+/// Whether a GEMM signature ("Gemm|bf16|in=AxB,CxD,1|out=ExF|...") has an
+/// operand of rank >= 2 whose last dim is not aligned.
+bool unalignedSignature(llvm::StringRef sig) {
+  llvm::SmallVector<llvm::StringRef, 8> fields;
+  sig.split(fields, '|');
+  for (llvm::StringRef f : fields) {
+    if (!f.consume_front("in=") && !f.consume_front("out="))
+      continue;
+    llvm::SmallVector<llvm::StringRef, 4> tensors;
+    f.split(tensors, ',');
+    for (llvm::StringRef t : tensors) {
+      if (!t.contains('x'))
+        continue;
+      int64_t last = 0;
+      if (!t.rsplit('x').second.getAsInteger(10, last) &&
+          last % kGemmAlignment != 0)
+        return true;
+    }
+  }
+  return false;
+}
+
+/// The same for `tile` of a GEMM op.
+bool unalignedTile(const Op &op, const Box &tile) {
+  auto last = [](const Box &b) {
+    return b.rank() >= 2 ? b.hi.back() - b.lo.back() : kGemmAlignment;
+  };
+  for (int i = 0; i < 2 && i < int(op.inputs.size()); ++i)
+    if (op.inputs[size_t(i)] != kNoValue &&
+        last(op.sem.inputRegion(i, tile)) % kGemmAlignment != 0)
+      return true;
+  return !op.outputs.empty() &&
+         last(op.sem.outputRegion(0, tile)) % kGemmAlignment != 0;
+}
+
+} // namespace
+
 /// Fits the roofline to measured entries: for each op kind and element type,
 /// the median over
 /// its compute-bound measurements of FLOPs / (peak * (time - launch)), and
@@ -177,6 +247,8 @@ void CostModel::fit() {
     // fraction of the bf16 rate says nothing of its f32 ones', and a bf16
     // convolution the bf16 rate calls bandwidth-bound is no f32 one's guide.
     std::string key = fitKey(kind, dt.value_or(DType::F32));
+    if (isGemmKind(kind) && unalignedSignature(sig))
+      key += kUnaligned;
     const Seconds times[3] = {e.forward, e.backwardData, e.backwardWeight};
     for (int p = 0; p < 3; ++p) {
       double busy = times[p] - device_.launchOverhead;
@@ -325,7 +397,10 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   // The efficiency of measured kernels of this kind and about each pass's
   // size: a kind's small tiles (launch- and tail-bound) say little about
   // its large ones (a vocabulary-sized GEMM).
-  const std::string key = fitKey(op.kind, dt);
+  std::string key = fitKey(op.kind, dt);
+  bool unaligned = isGemmKind(op.kind) && unalignedTile(op, tile);
+  if (unaligned)
+    key += kUnaligned;
   const SizedSamples *computed = samplesOf(computeBySize_, key),
                      *streamed = samplesOf(memoryBySize_, key);
   double computeEff = computeEfficiency(op.kind, dt),
@@ -339,6 +414,9 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
       flops = bytes = 0;
     double peak =
         peakFlops(dt) * nearestBySize(computed, flops, computeEff);
+    double attention = publishedAttentionFlops(device_.name, dt);
+    if (op.kind == "FlashAttention" && !computed && attention > 0)
+      peak = attention;
     double bw = memoryBandwidth() * nearestBySize(streamed, bytes, memoryEff);
     t[p] = flops <= 0 && bytes <= 0
                ? 0

@@ -33,6 +33,11 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
   opts.appendLoss = !o.noLoss.value_or(false);
   opts.unrollRnn = o.unrollRnn.value_or(false);
   opts.precision = *prec;
+  std::string kernels = o.kernels.value_or("fused");
+  auto mode = parseKernelMode(kernels);
+  if (!mode)
+    return inputError("--kernels must be eager or fused, got '{}'", kernels);
+  opts.kernels = *mode;
   return importOnnx(o.modelPath, opts);
 }
 
@@ -115,6 +120,8 @@ void adoptPlanInputs(DriverOptions &o, const Plan &plan, bool paths) {
     o.optimizer = in.optimizer;
   if (!o.precision)
     o.precision = in.precision;
+  if (!o.kernels)
+    o.kernels = in.kernels;
 }
 
 llvm::Expected<SearchOptions> searchOptions(const DriverOptions &d,
@@ -208,6 +215,7 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
   in.costModel = o.costModel.value_or("profile");
   in.optimizer = o.optimizer.value_or("sgd");
   in.precision = o.precision.value_or("fp32");
+  in.kernels = o.kernels.value_or("fused");
   Plan plan = makePlan(*s.graph, *s.topo, strategy, in,
                        planFigures(m, s.batch, dpTime));
   if (auto err = writePlan(plan, path))

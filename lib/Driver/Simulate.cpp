@@ -5,12 +5,15 @@
 #include "soap/Driver/Session.h"
 
 #include "soap/Parallel/BuiltinStrategies.h"
+#include "soap/Parallel/WhatIf.h"
 #include "soap/Sim/SimReport.h"
 
 namespace soap {
 
 llvm::Error runSimulate(const DriverOptions &o) {
   if (auto err = checkOutputPath("--trace", o.tracePath))
+    return err;
+  if (auto err = checkOutputPath("-o", o.outputPath))
     return err;
   std::unique_ptr<Session> s;
   Strategy strategy;
@@ -26,7 +29,9 @@ llvm::Error runSimulate(const DriverOptions &o) {
     if (!su)
       return su.takeError();
     s = std::move(*su);
-    auto b = builtinStrategy(o.strategy, *s->graph, *s->topo);
+    auto b = isWhatIf(o.strategy)
+                 ? whatIfStrategy(o.strategy, *s->graph, *s->topo)
+                 : builtinStrategy(o.strategy, *s->graph, *s->topo);
     if (!b)
       return b.takeError();
     strategy = std::move(*b);
@@ -44,6 +49,11 @@ llvm::Error runSimulate(const DriverOptions &o) {
             writeFileAtomic(o.tracePath, sim.chromeTrace().dump() + "\n"))
       return err;
   emit(o, simReport(sim, m, o.strategy, s->batch), printSimReport);
+  // A plan like a searcher's, so that explain, diff and check compare it
+  // with searched ones (no data-parallel run: its speedup reads 1).
+  if (!o.outputPath.empty())
+    return writeSearchPlan(*s, strategy, m, m.iterationTime,
+                           "simulate " + o.strategy, 0, o.outputPath);
   return llvm::Error::success();
 }
 

@@ -65,7 +65,20 @@ void addLstmCosts(SemBuilder &b, uint64_t outer, int gate, int hidden,
 llvm::Expected<int64_t> normAxis(int64_t axis, int64_t rank,
                                  llvm::StringRef what);
 
+/// The output's loops for an element-wise op with numpy broadcasting of its
+/// first `numData` inputs (each mapped onto them; the outputs as the loops):
+/// a dim's class is the one an activation operand carries there, Parameter
+/// where only a weight indexes it (a bias).
+llvm::Expected<std::vector<int>> broadcastLoops(SemBuilder &b,
+                                                size_t numData);
+/// An element-wise kind's nominal FLOPs per point and what its backward
+/// needs ('i' inputs, 'o' output, 'm' a 1-byte mask, '-' nothing); false for
+/// a kind that is not element-wise.
+bool eltSpecCosts(llvm::StringRef kind, double &fwdFlops, double &bwdFlops,
+                  char &saves);
+
 void registerConvOps(OpRegistry &r);
+void registerFusedOps(OpRegistry &r);
 void registerLinearOps(OpRegistry &r);
 void registerElementwiseOps(OpRegistry &r);
 void registerNormOps(OpRegistry &r);

@@ -31,6 +31,7 @@ void registerAllOps() {
   detail::registerNormOps(r);
   detail::registerShapeOps(r);
   detail::registerRnnOps(r);
+  detail::registerFusedOps(r);
 }
 
 namespace detail {

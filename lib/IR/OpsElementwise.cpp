@@ -59,17 +59,27 @@ const EltSpec *findSpec(llvm::StringRef kind) {
   return nullptr;
 }
 
-llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
-  SemBuilder b(op, g);
-  const EltSpec *spec = findSpec(op.kind);
+} // namespace
+
+bool eltSpecCosts(llvm::StringRef kind, double &fwdFlops, double &bwdFlops,
+                  char &saves) {
+  const EltSpec *s = findSpec(kind);
+  if (!s)
+    return false;
+  fwdFlops = s->fwdFlops;
+  bwdFlops = s->bwdFlops;
+  saves = s->saves;
+  return true;
+}
+
+llvm::Expected<std::vector<int>> broadcastLoops(SemBuilder &b,
+                                                size_t numData) {
   auto out0 = b.needOut(0, "Y");
   if (!out0)
     return out0.takeError();
   const Value &Y = **out0;
   const std::vector<int64_t> &shape = Y.shape.dims;
   int64_t rank = static_cast<int64_t>(shape.size());
-  // Expand reads only its data operand; the shape operand was folded away.
-  size_t numData = op.kind == "Expand" ? 1 : b.numIn();
   std::vector<int> loops;
   for (int64_t d = 0; d < rank; ++d) {
     // The class of an output dim: the class an activation operand's matching
@@ -108,6 +118,19 @@ llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
                           o->shape.str(), Y.shape.str());
       b.setOutput(j, ym);
     }
+  return loops;
+}
+
+namespace {
+
+llvm::Expected<OpSemantics> buildElementwise(const Op &op, const Graph &g) {
+  SemBuilder b(op, g);
+  const EltSpec *spec = findSpec(op.kind);
+  // Expand reads only its data operand; the shape operand was folded away.
+  size_t numData = op.kind == "Expand" ? 1 : b.numIn();
+  auto loops = broadcastLoops(b, numData);
+  if (!loops)
+    return loops.takeError();
   if (spec->fwdFlops > 0)
     b.flops(Pass::Forward, spec->fwdFlops, b.allLoops());
   if (spec->bwdFlops > 0)

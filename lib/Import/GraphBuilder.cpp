@@ -39,6 +39,24 @@ llvm::Expected<DType> toDType(int32_t elemType) {
   }
 }
 
+/// Whether the last two dims of `t` are nonzero exactly on and below the
+/// diagonal, in every leading index (a causal attention mask).
+bool isCausalMask(const ConstTensor &t) {
+  size_t r = t.dims.size();
+  if (r < 2 || !t.hasData)
+    return false;
+  int64_t rows = t.dims[r - 2], cols = t.dims[r - 1];
+  int64_t n = t.numElements(), plane = rows * cols;
+  if (plane <= 1 || n <= 0)
+    return false;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t in = i % plane, row = in / cols, col = in % cols;
+    if ((t.getDouble(i) != 0) != (col <= row))
+      return false;
+  }
+  return true;
+}
+
 class Builder {
 public:
   explicit Builder(ImportState &s) : s_(s), g_(s.graph()) {}
@@ -261,8 +279,11 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     v.shape.dims = c->second.dims;
     v.kind = ValueKind::Constant;
     v.hasData = c->second.hasData;
-    if (c->second.hasData && c->second.numElements() <= keptElements())
-      v.data = c->second.asDoubles();
+    if (c->second.hasData) {
+      v.lowerTriangular = isCausalMask(c->second);
+      if (c->second.numElements() <= keptElements())
+        v.data = c->second.asDoubles();
+    }
   } else {
     return internalError("{}: tensor '{}' has no value before its use", s_.path,
                          name);

@@ -2,6 +2,8 @@
 // constant folding, and IR construction (see OnnxImporter.h).
 #include "soap/Import/OnnxImporter.h"
 
+#include "soap/IR/Fusion.h"
+
 #include "ImportState.h"
 #include "soap/IR/OpRegistry.h"
 #include "soap/IR/UnrollRnn.h"
@@ -116,6 +118,8 @@ llvm::Expected<std::unique_ptr<Graph>> runImport(llvm::StringRef path,
   auto g = import::buildGraph(s);
   if (g && opts.unrollRnn)
     g = unrollLstms(**g);
+  if (g && opts.kernels == KernelMode::Fused)
+    g = fuseKernels(**g);
   if (g && opts.precision != Precision::FP32)
     if (auto err = (*g)->setPrecision(opts.precision))
       return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));

@@ -107,8 +107,12 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
       continue;
     int l = loopOf(sem.inputs[i], mapDimOf(sem.inputs[i], g.value(v).shape.dims,
                                            splitDim[size_t(v)]));
+    // A split class axis of the loss is Megatron's vocabulary-parallel
+    // cross-entropy (its statistics all-reduced); other statistics
+    // (LayerNorm's hidden axis) are not split.
     if (l >= 0 && divides(sem.loops[size_t(l)], t) &&
-        !sem.loops[size_t(l)].statReduced)
+        (!sem.loops[size_t(l)].statReduced ||
+         op.kind == "SoftmaxCrossEntropyLoss"))
       fromInput = l;
   }
   bool weightMatmul =
@@ -119,11 +123,15 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
   // Row parallel: the input arrives split on the dim the matmul reduces.
   if (fromInput >= 0 && sem.loops[size_t(fromInput)].cls == DimClass::Reduction)
     return {fromInput, -1};
-  // Column parallel: split the weight's output features.
+  // Column parallel: split the weight's output features, the loop of the
+  // output's last dim that also indexes the weight (a Gemm with transB,
+  // such as a tied LM head, holds them in the weight's first dim).
   int w = sem.weightInputs[0];
   const TensorMap &wm = sem.inputs[size_t(w)];
-  int l = loopOf(wm, int(wm.dims.size()) - 1);
-  if (l >= 0 && divides(sem.loops[size_t(l)], t) && outDim(l) >= 0)
+  const TensorMap &om = sem.outputs[0];
+  int l = loopOf(om, int(om.dims.size()) - 1);
+  if (l >= 0 && dimOfLoop(wm, l) >= 0 && divides(sem.loops[size_t(l)], t) &&
+      outDim(l) >= 0)
     return {l, outDim(l)};
   return {-1, -1};
 }
@@ -194,6 +202,52 @@ std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
   return stageOf;
 }
 
+bool isAttentionOp(const Op &op) {
+  if (op.kind == "FlashAttention")
+    return true;
+  return op.kind == "Softmax" && op.sem.loops.size() == 4 &&
+         op.getInt("axis", -1) == 3;
+}
+
+std::vector<OpId> transformerLayerStarts(const Graph &g) {
+  std::vector<OpId> attention;
+  for (const Op &op : g.ops())
+    if (isAttentionOp(op))
+      attention.push_back(op.id);
+  if (attention.empty())
+    return {};
+  // A layer starts after the residual-stream point (a checkpoint) before
+  // its attention; the first takes everything before it (the embedding).
+  std::vector<OpId> cps = checkpointOps(g);
+  std::vector<OpId> starts;
+  for (OpId a : attention) {
+    OpId start = 0;
+    for (OpId c : cps)
+      if (c < a)
+        start = c + 1;
+    if (!starts.empty() && start <= starts.back())
+      return {}; // two attentions in one block: not a layer stack
+    starts.push_back(start);
+  }
+  starts[0] = 0;
+  return starts;
+}
+
+std::vector<int32_t> layerStages(const Graph &g, int32_t stages) {
+  std::vector<OpId> starts = transformerLayerStarts(g);
+  int64_t layers = int64_t(starts.size());
+  if (layers == 0 || layers % stages != 0)
+    return balancedStages(g, stages);
+  std::vector<int32_t> stageOf(g.numOps(), 0);
+  int64_t layer = 0;
+  for (const Op &op : g.ops()) {
+    while (layer + 1 < layers && op.id >= starts[size_t(layer + 1)])
+      ++layer;
+    stageOf[size_t(op.id)] = int32_t(layer * stages / layers);
+  }
+  return stageOf;
+}
+
 llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
                                           const MegatronShape &shape) {
   int64_t devices = int64_t(topo.numDevices());
@@ -228,7 +282,7 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   s.pipeline.microBatches = m;
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (p > 1)
-    s.pipeline.stageOf = balancedStages(g, p);
+    s.pipeline.stageOf = layerStages(g, p);
   s.configs = megatronGroupConfigs(g, t, d);
   for (const Op &op : g.ops())
     for (DeviceId &dev : s.configs[size_t(op.id)].devices)

@@ -2,6 +2,7 @@
 // and reading it back with errors that name the file and the JSON pointer.
 #include "soap/Plan/Plan.h"
 
+#include "soap/IR/Fusion.h"
 #include "soap/Support/Error.h"
 #include <cassert>
 #include <cmath>
@@ -18,7 +19,7 @@ bool PlanInputs::operator==(const PlanInputs &o) const {
          topologySha256 == o.topologySha256 && searcher == o.searcher &&
          seed == o.seed && budget == o.budget && space == o.space &&
          costModel == o.costModel && optimizer == o.optimizer &&
-         precision == o.precision;
+         precision == o.precision && kernels == o.kernels;
 }
 
 bool PlanFigures::operator==(const PlanFigures &o) const {
@@ -115,7 +116,7 @@ Json planToJson(const Plan &p) {
       {"searcher", p.inputs.searcher},    {"seed", p.inputs.seed},
       {"budget", p.inputs.budget},        {"space", p.inputs.space},
       {"cost_model", p.inputs.costModel}, {"optimizer", p.inputs.optimizer},
-      {"precision", p.inputs.precision}};
+      {"precision", p.inputs.precision},  {"kernels", p.inputs.kernels}};
   const PlanFigures &f = p.figures;
   j["predicted"] = {{"iteration_time_s", f.iterationSeconds},
                     {"samples_per_sec", f.samplesPerSecond},
@@ -314,7 +315,7 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(s, r_.object(j, "", "search"));
   if (auto err = knownKeys(*s, "/search",
                            {"searcher", "seed", "budget", "space", "cost_model",
-                            "optimizer", "precision"}))
+                            "optimizer", "precision", "kernels"}))
     return err;
   SOAP_PLAN_TRY(searcher, r_.string(*s, "/search", "searcher"));
   SOAP_PLAN_TRY(seed, unsignedInt(*s, "/search", "seed"));
@@ -336,6 +337,15 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
                                   "\"{}\"",
                                   precision));
     p.inputs.precision = precision;
+  }
+  if (s->contains("kernels")) {
+    SOAP_PLAN_TRY(kernels, r_.string(*s, "/search", "kernels"));
+    if (!parseKernelMode(kernels))
+      return r_.error("/search/kernels",
+                      fmt::format("expected \"eager\" or \"fused\", got "
+                                  "\"{}\"",
+                                  kernels));
+    p.inputs.kernels = kernels;
   }
   return llvm::Error::success();
 }

@@ -174,6 +174,7 @@ static llvm::Error run(Comm &comm) {
   io.requireExternalData = true;
   io.keepConstantData = true; // masks are computed with, not only sized
   io.unrollRnn = plan->inputs.unrollRnn;
+  io.kernels = *parseKernelMode(plan->inputs.kernels); // checked by readPlan
   auto g = importOnnx(modelPath, io);
   if (!g)
     return g.takeError();

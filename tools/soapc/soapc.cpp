@@ -128,14 +128,23 @@ static cl::opt<std::string> precisionOpt(
              "gradients at the tensor-core rate; fp32 master weights and "
              "optimizer state)"),
     cl::init("fp32"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
+static cl::opt<std::string> kernelsOpt(
+    "kernels",
+    cl::desc("fused (FlashAttention and fused element-wise epilogues, as "
+             "Megatron-Core, NeMo and torchtitan run a transformer) or eager "
+             "(one kernel per ONNX op, as eager PyTorch runs the export)"),
+    cl::init("fused"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 
 static cl::opt<std::string>
     strategyOpt("strategy",
                 cl::desc("The strategy to simulate: data (every op split by "
                          "sample over all devices), model (layer-wise "
                          "placement), expert (CNNs: data-parallel conv, "
-                         "parameter-parallel dense; RNNs: GNMT), or a plan "
-                         "file (*.json) written by a search"),
+                         "parameter-parallel dense; RNNs: GNMT), a plan "
+                         "file (*.json) written by a search, or a what-if: "
+                         "megatron:tp=T,pp=P,mbs=M,recompute=none|selective|"
+                         "full,distopt=0|1 (also vp, cp, sp) or fsdp:zero="
+                         "1|2|3,mbs=M,recompute=..."),
                 cl::init("data"), cl::sub(simulateCmd), cl::cat(soapCat));
 static cl::opt<std::string>
     traceOpt("trace",
@@ -196,7 +205,7 @@ static cl::opt<double> betaOpt(
 static cl::opt<std::string> outputOpt("o", cl::desc("Write the plan here"),
                                       cl::value_desc("plan.json"),
                                       cl::sub(*cl::TopLevelSubCommand),
-                                      cl::cat(soapCat));
+                                      cl::sub(simulateCmd), cl::cat(soapCat));
 
 static cl::opt<std::string> ftModeOpt(
     "mode",
@@ -324,6 +333,8 @@ static DriverOptions driverOptions() {
     o.optimizer = std::string(optimizerOpt);
   if (precisionOpt.getNumOccurrences())
     o.precision = std::string(precisionOpt);
+  if (kernelsOpt.getNumOccurrences())
+    o.kernels = std::string(kernelsOpt);
   o.format = format;
   o.strategy = strategyOpt;
   o.tracePath = traceOpt;

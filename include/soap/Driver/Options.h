@@ -24,6 +24,8 @@ struct DriverOptions {
   std::optional<int64_t> batch;
   std::optional<bool> noLoss, unrollRnn;
   std::optional<std::string> costModel, optimizer, precision;
+  /// --kernels: "eager" or "fused" (the default).
+  std::optional<std::string> kernels;
   OutputFormat format = OutputFormat::Auto;
 
   // simulate

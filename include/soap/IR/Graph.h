@@ -44,6 +44,11 @@ struct Value {
   bool hasData = false;
   /// Values of small constants (scalars, axes) when known, as doubles.
   std::vector<double> data;
+  /// For a constant whose values were known at import (kept or not): its
+  /// last two dims hold a causal mask, nonzero exactly where column <= row,
+  /// the same in every leading index (what kernel fusion recognises as
+  /// causal attention).
+  bool lowerTriangular = false;
   /// Whether the gradient of some weight flows through this value: a weight,
   /// or an op's output whose weights or gradient inputs need one
   /// (Graph::computeSemantics). Graph inputs, constants and what is computed

@@ -3,6 +3,7 @@
 #ifndef SOAP_IMPORT_ONNXIMPORTER_H
 #define SOAP_IMPORT_ONNXIMPORTER_H
 
+#include "soap/IR/Fusion.h"
 #include "soap/IR/Graph.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -29,6 +30,10 @@ struct ImportOptions {
   /// The element type to train at (Graph::setPrecision) after import:
   /// soapc's --precision and a plan's /search/precision.
   Precision precision = Precision::FP32;
+  /// The kernels the graph is priced and run as (IR/Fusion.h): soapc's
+  /// --kernels and a plan's /search/kernels. Fused runs the rewrite after
+  /// import (and unrolling), before the precision is set.
+  KernelMode kernels = KernelMode::Eager;
   /// Refuse initializers whose external data file is missing or shorter
   /// than the bytes they say they use (soap-run, which trains, asks for
   /// this). Otherwise absent external data is fine: only dims are needed.

@@ -37,6 +37,20 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
 /// FLOPs, in op (topological) order.
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);
 
+/// Megatron's stages: equal numbers of transformer layers
+/// (transformerLayerStarts), the embedding with the first layer, the final
+/// norm, LM head and loss with the last; balancedStages where the graph has
+/// no layer stack or `stages` does not divide its layers.
+std::vector<int32_t> layerStages(const Graph &g, int32_t stages);
+
+/// The transformer layers of `g`: per attention (FlashAttention, or an
+/// eager graph's Softmax over the last axis of a [batch, heads, q, k]
+/// tensor), the first op of its layer, ascending; the first is 0. Empty
+/// when the graph has no attention or no layer stack.
+std::vector<OpId> transformerLayerStarts(const Graph &g);
+/// Whether `op` is attention in the sense above.
+bool isAttentionOp(const Op &op);
+
 } // namespace soap
 
 #endif // SOAP_PARALLEL_MEGATRON_H

@@ -37,6 +37,8 @@ struct PlanInputs {
   std::string costModel;          ///< "profile", "roofline", ...
   std::string optimizer;          ///< "sgd", "adam", ...
   std::string precision = "fp32"; ///< "fp32" or "bf16" (version 2)
+  /// "eager" or "fused" (IR/Fusion.h); a plan without it is eager.
+  std::string kernels = "eager";
 
   bool operator==(const PlanInputs &o) const;
 };

@@ -1,0 +1,49 @@
+// Kernel fusion (DESIGN.md, "The execution model"): the imported eager graph
+// rewritten into the kernels production stacks run. Attention (Q·Kᵀ, scale,
+// mask, softmax, dropout, ·V, and the transposes around it) becomes one
+// FlashAttention op; every chain of element-wise ops whose intermediates
+// nothing else reads (bias + GELU, bias + dropout + residual add) becomes
+// one FusedElementwise op that reads its inputs once and writes its output
+// once. What is computed is unchanged.
+#ifndef SOAP_IR_FUSION_H
+#define SOAP_IR_FUSION_H
+
+#include "soap/IR/Graph.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include <memory>
+#include <optional>
+
+namespace soap {
+
+/// --kernels: how the graph's ops map to kernels.
+enum class KernelMode : uint8_t {
+  Eager, ///< one kernel per ONNX op, as eager PyTorch runs the export
+  Fused, ///< FlashAttention and fused element-wise epilogues
+};
+llvm::StringRef kernelModeName(KernelMode m);
+/// "eager" or "fused".
+std::optional<KernelMode> parseKernelMode(llvm::StringRef name);
+
+/// What a rewrite did.
+struct FusionStats {
+  int attention = 0;        ///< attention patterns replaced
+  int elementwise = 0;      ///< FusedElementwise ops made
+  int elementwiseOps = 0;   ///< element-wise ops they replaced
+  int transposes = 0;       ///< transposes folded into attention's layouts
+  size_t opsBefore = 0, opsAfter = 0;
+};
+
+/// The fused graph of `g` (whose semantics are computed), with semantics
+/// computed. Op names of the fused ops: "<scope>/FlashAttention" (the scope
+/// of the softmax it replaces) and "<last member>/Fused"; every other op and
+/// value keeps its name. `stats`, when given, says what was rewritten.
+llvm::Expected<std::unique_ptr<Graph>> fuseKernels(const Graph &g,
+                                                   FusionStats *stats = nullptr);
+
+/// The element-wise kinds a FusedElementwise may contain.
+bool isFusibleElementwise(llvm::StringRef kind);
+
+} // namespace soap
+
+#endif // SOAP_IR_FUSION_H

@@ -1,0 +1,68 @@
+// What-if strategies (DESIGN.md, "What-if strategies"): the configuration a
+// user already runs, written as Megatron-LM's or FSDP's settings, built into
+// a Strategy without a search:
+//   megatron:tp=T,pp=P,vp=V,cp=C,mbs=M,sp=0|1,recompute=none|selective|full,
+//            distopt=0|1
+//   fsdp:zero=1|2|3,mbs=M,recompute=none|selective|full
+// dp is the rest of the devices, the model's batch is the global batch, and
+// the micro-batches per iteration are batch / (dp x mbs). A key the space
+// cannot honour, or an impossible combination, is an input error naming it.
+#ifndef SOAP_PARALLEL_WHATIF_H
+#define SOAP_PARALLEL_WHATIF_H
+
+#include "soap/Parallel/Strategy.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace soap {
+
+enum class RecomputeMode : uint8_t { None, Selective, Full };
+llvm::StringRef recomputeModeName(RecomputeMode r);
+
+/// Megatron-LM's settings (its argument names in comments).
+struct MegatronConfig {
+  int32_t tp = 1;         ///< --tensor-model-parallel-size
+  int32_t pp = 1;         ///< --pipeline-model-parallel-size
+  int32_t vp = 1;         ///< layers per virtual stage -> chunks per device
+  int32_t cp = 1;         ///< --context-parallel-size
+  int64_t mbs = 1;        ///< --micro-batch-size
+  bool sp = false;        ///< --sequence-parallel
+  bool distopt = false;   ///< --use-distributed-optimizer (ZeRO-1)
+  RecomputeMode recompute = RecomputeMode::None; ///< --recompute-granularity
+  /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1".
+  std::string str() const;
+};
+
+/// FSDP / ZeRO data parallelism over every device.
+struct FsdpConfig {
+  int zero = 3;
+  int64_t mbs = 0; ///< 0: the whole per-device batch at once
+  RecomputeMode recompute = RecomputeMode::None;
+};
+
+/// Parses the keys after "megatron:" ("tp=4,pp=8,..."); unknown keys and
+/// bad values are input errors naming the key.
+llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys);
+llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys);
+
+/// Whether `spec` is a what-if ("megatron:..." or "fsdp:...").
+bool isWhatIf(llvm::StringRef spec);
+/// The strategy of a what-if spec for `g` (whose sample loops hold the
+/// global batch) on `topo`.
+llvm::Expected<Strategy> whatIfStrategy(llvm::StringRef spec, const Graph &g,
+                                        const Topology &topo);
+
+/// Megatron-LM's plan for `c`: tensor parallel (column/row splits, the
+/// vocabulary-parallel LM head and cross-entropy) over tp adjacent devices,
+/// pp stages of equal transformer layers (the embedding on the first, the
+/// LM head and loss on the last), 1F1B over batch / (dp x mbs)
+/// micro-batches, the distributed optimizer as ZeRO-1, and Megatron's
+/// recomputation: selective = the core attention (FlashAttention, or in an
+/// eager graph every op without weights that saves something); full =
+/// each layer from its input.
+llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
+                                                const Topology &topo,
+                                                const MegatronConfig &c);
+
+} // namespace soap
+
+#endif // SOAP_PARALLEL_WHATIF_H

@@ -1,0 +1,522 @@
+// Kernel fusion (include/soap/IR/Fusion.h): pattern matching on the imported
+// graph, then one new graph in which each matched pattern is one op placed
+// where its last member was (every external input of a pattern is produced
+// before its last member, so the order stays topological).
+#include "soap/IR/Fusion.h"
+
+#include "soap/Support/Error.h"
+#include <algorithm>
+#include <queue>
+#include <set>
+
+namespace soap {
+
+llvm::StringRef kernelModeName(KernelMode m) {
+  return m == KernelMode::Fused ? "fused" : "eager";
+}
+
+std::optional<KernelMode> parseKernelMode(llvm::StringRef name) {
+  if (name == "eager")
+    return KernelMode::Eager;
+  if (name == "fused")
+    return KernelMode::Fused;
+  return std::nullopt;
+}
+
+bool isFusibleElementwise(llvm::StringRef kind) {
+  // Floating element-wise maps (not comparisons, casts or broadcasts, whose
+  // outputs are not what a fused epilogue writes).
+  static const char *const kKinds[] = {
+      "Add",  "Sub",         "Mul",       "Div",  "Pow",     "Max",
+      "Min",  "Where",       "Relu",      "LeakyRelu",       "Clip",
+      "HardSigmoid",         "HardSwish", "Gelu", "Sigmoid", "Tanh",
+      "Erf",  "Exp",         "Log",       "Sqrt", "Reciprocal",
+      "Neg",  "Abs",         "Dropout"};
+  for (const char *k : kKinds)
+    if (kind == k)
+      return true;
+  return false;
+}
+
+namespace {
+
+/// One matched attention: the eager ops it replaces and its operands.
+struct AttentionMatch {
+  std::vector<OpId> members;
+  OpId softmax = -1;
+  ValueId q = kNoValue, k = kNoValue, v = kNoValue, o = kNoValue;
+  ValueId mask = kNoValue;
+  /// Per tensor dim of each operand, its logical dim: [batch..., seq, feat].
+  std::vector<int64_t> qDims, kDims, vDims, oDims;
+  int64_t batchDims = 0;
+  double scale = 1;
+  bool causal = false;
+  std::string maskKind = "none";
+  double maskFill = 0;
+  double dropoutRatio = 0;
+  std::string dropoutName;
+  int transposes = 0;
+};
+
+class Fuser {
+public:
+  explicit Fuser(const Graph &g) : g_(g), group_(g.numOps(), -1) {}
+
+  llvm::Expected<std::unique_ptr<Graph>> run(FusionStats *stats);
+
+private:
+  const Graph &g_;
+  /// Per op, the pattern it belongs to (-1: none).
+  std::vector<int> group_;
+  std::vector<AttentionMatch> attention_;
+  /// Element-wise groups: members ascending.
+  std::vector<std::vector<OpId>> eltGroups_;
+
+  const Op *producer(ValueId v) const {
+    if (v == kNoValue)
+      return nullptr;
+    OpId p = g_.value(v).producer;
+    return p < 0 ? nullptr : &g_.op(p);
+  }
+  bool soleUse(ValueId v, OpId user) const {
+    const Value &val = g_.value(v);
+    return val.users.size() == 1 && val.users[0] == user &&
+           std::find(g_.outputs.begin(), g_.outputs.end(), v) ==
+               g_.outputs.end();
+  }
+  bool free(OpId o) const { return group_[size_t(o)] < 0; }
+  /// The single known value of a one-element constant.
+  std::optional<double> scalar(ValueId v) const {
+    const Value &val = g_.value(v);
+    if (val.kind != ValueKind::Constant || val.data.size() != 1)
+      return std::nullopt;
+    return val.data[0];
+  }
+  bool isActivation(ValueId v) const {
+    return v != kNoValue && g_.value(v).isActivationLike() &&
+           isFloating(g_.value(v).dtype);
+  }
+
+  void matchAttention();
+  std::optional<AttentionMatch> matchAt(const Op &pv) const;
+  void absorbTransposes(AttentionMatch &m) const;
+  void groupElementwise();
+  Op attentionOp(const AttentionMatch &m, Graph &ng,
+                 const std::function<ValueId(ValueId)> &map) const;
+  Op elementwiseOp(const std::vector<OpId> &members, Graph &ng,
+                   const std::function<ValueId(ValueId)> &map) const;
+};
+
+/// Whether `s` (a [.., Sq, Sk] causal-mask constant) is what causal
+/// attention of Sq queries over Sk keys applies.
+bool isCausalMask(const Value &mask, int64_t sq, int64_t sk) {
+  if (!mask.lowerTriangular || mask.shape.rank() < 2)
+    return false;
+  size_t r = mask.shape.rank();
+  return mask.shape[r - 2] == sq && mask.shape[r - 1] == sk;
+}
+
+std::optional<AttentionMatch> Fuser::matchAt(const Op &pv) const {
+  // P·V: probabilities (softmax, then dropout) times values.
+  if (pv.kind != "MatMul" || pv.inputs.size() != 2 ||
+      !isActivation(pv.inputs[0]) || !isActivation(pv.inputs[1]))
+    return std::nullopt;
+  AttentionMatch m;
+  m.members.push_back(pv.id);
+  const Value &out = g_.value(pv.outputs[0]);
+  size_t r = out.shape.rank();
+  if (r != 3 && r != 4)
+    return std::nullopt;
+  ValueId probs = pv.inputs[0];
+  const Op *p = producer(probs);
+  if (p && p->kind == "Dropout" && free(p->id) && soleUse(probs, pv.id)) {
+    if (p->getInt("training_mode", 0) != 0 && p->getFloat("ratio", 0.5) > 0) {
+      m.dropoutRatio = p->getFloat("ratio", 0.5);
+      m.dropoutName = p->name;
+    }
+    m.members.push_back(p->id);
+    if (p->outputs.size() > 1 && p->outputs[1] != kNoValue &&
+        !g_.value(p->outputs[1]).users.empty())
+      return std::nullopt; // the mask is read elsewhere
+    probs = p->inputs[0];
+    p = producer(probs);
+  }
+  if (!p || p->kind != "Softmax" || !free(p->id) ||
+      !soleUse(probs, m.members.back()) ||
+      p->getInt("axis", -1) != int64_t(r) - 1)
+    return std::nullopt;
+  m.softmax = p->id;
+  m.members.push_back(p->id);
+  ValueId scores = p->inputs[0];
+  OpId reader = p->id;
+  p = producer(scores);
+  // Optional mask (Where with a constant condition and fill, or an added
+  // mask), after an optional scale (Mul or Div by a scalar constant).
+  if (p && free(p->id) && soleUse(scores, reader) && p->kind == "Where" &&
+      p->inputs.size() == 3) {
+    auto fill = scalar(p->inputs[2]);
+    const Value &cond = g_.value(p->inputs[0]);
+    if (!fill || cond.kind != ValueKind::Constant)
+      return std::nullopt;
+    m.maskKind = "where";
+    m.maskFill = *fill;
+    m.mask = p->inputs[0];
+    m.members.push_back(p->id);
+    reader = p->id;
+    scores = p->inputs[1];
+    p = producer(scores);
+  } else if (p && free(p->id) && soleUse(scores, reader) && p->kind == "Add" &&
+             p->inputs.size() == 2) {
+    // The scores are the operand a MatMul (or its scale) produced.
+    int si = -1;
+    for (int i = 0; i < 2; ++i) {
+      const Op *q = producer(p->inputs[size_t(i)]);
+      if (q && (q->kind == "MatMul" || q->kind == "Mul" || q->kind == "Div"))
+        si = i;
+    }
+    ValueId maskV = si >= 0 ? p->inputs[size_t(1 - si)] : kNoValue;
+    if (si < 0 || g_.value(maskV).kind == ValueKind::Weight ||
+        !isFloating(g_.value(maskV).dtype))
+      return std::nullopt;
+    m.maskKind = "add";
+    m.mask = maskV;
+    m.members.push_back(p->id);
+    reader = p->id;
+    scores = p->inputs[size_t(si)];
+    p = producer(scores);
+  }
+  if (p && free(p->id) && soleUse(scores, reader) &&
+      (p->kind == "Mul" || p->kind == "Div") && p->inputs.size() == 2) {
+    int ci = scalar(p->inputs[1]) ? 1 : scalar(p->inputs[0]) ? 0 : -1;
+    if (ci < 0 || (p->kind == "Div" && ci == 0))
+      return std::nullopt;
+    double c = *scalar(p->inputs[size_t(ci)]);
+    if (p->kind == "Div" && c == 0)
+      return std::nullopt;
+    m.scale = p->kind == "Mul" ? c : 1 / c;
+    m.members.push_back(p->id);
+    reader = p->id;
+    scores = p->inputs[size_t(1 - ci)];
+    p = producer(scores);
+  }
+  if (!p || p->kind != "MatMul" || !free(p->id) || !soleUse(scores, reader) ||
+      !isActivation(p->inputs[0]) || !isActivation(p->inputs[1]))
+    return std::nullopt;
+  m.members.push_back(p->id);
+  // Shapes: Q [B.., Sq, E], Kᵀ [B.., E, Sk], V [B.., Sk, Ev], the batch
+  // dims equal (no broadcasting).
+  const auto &q = g_.value(p->inputs[0]).shape.dims;
+  const auto &kt = g_.value(p->inputs[1]).shape.dims;
+  const auto &v = g_.value(pv.inputs[1]).shape.dims;
+  if (q.size() != r || kt.size() != r || v.size() != r)
+    return std::nullopt;
+  size_t nb = r - 2;
+  for (size_t d = 0; d < nb; ++d)
+    if (q[d] != kt[d] || q[d] != v[d])
+      return std::nullopt;
+  if (q[nb + 1] != kt[nb] || kt[nb + 1] != v[nb])
+    return std::nullopt;
+  if (m.mask != kNoValue) {
+    const Value &mv = g_.value(m.mask);
+    if (m.maskKind == "where" && isCausalMask(mv, q[nb], kt[nb + 1])) {
+      m.causal = true;
+      m.mask = kNoValue;
+    } else if (mv.shape.rank() > r) {
+      return std::nullopt;
+    }
+  }
+  m.batchDims = int64_t(nb);
+  m.q = p->inputs[0];
+  m.k = p->inputs[1];
+  m.v = pv.inputs[1];
+  m.o = pv.outputs[0];
+  for (size_t d = 0; d < r; ++d) {
+    m.qDims.push_back(int64_t(d));
+    m.vDims.push_back(int64_t(d));
+    m.oDims.push_back(int64_t(d));
+  }
+  // Kᵀ's last two dims are the logical [Sk, E] swapped.
+  m.kDims = m.qDims;
+  std::swap(m.kDims[nb], m.kDims[nb + 1]);
+  std::sort(m.members.begin(), m.members.end());
+  return m;
+}
+
+/// Folds a Transpose that only this attention reads (or that alone reads
+/// its output) into the operand's layout: FlashAttention reads and writes
+/// [batch, seq, heads, head dim] directly.
+void Fuser::absorbTransposes(AttentionMatch &m) const {
+  auto absorbIn = [&](ValueId &v, std::vector<int64_t> &dims, OpId user) {
+    const Op *t = producer(v);
+    if (!t || t->kind != "Transpose" || !free(t->id) || !soleUse(v, user) ||
+        !isActivation(t->inputs[0]))
+      return;
+    std::vector<int64_t> perm = t->getInts("perm");
+    if (perm.size() != dims.size())
+      return;
+    std::vector<int64_t> nd(dims.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      nd[size_t(perm[i])] = dims[i];
+    dims = nd;
+    v = t->inputs[0];
+    m.members.push_back(t->id);
+    ++m.transposes;
+  };
+  OpId qk = -1, pv = m.members.back();
+  for (OpId o : m.members)
+    if (g_.op(o).kind == "MatMul" && o < pv)
+      qk = o;
+  absorbIn(m.q, m.qDims, qk);
+  // Q and K may be one tensor read twice (self-attention without
+  // projections); then neither transpose is private.
+  absorbIn(m.k, m.kDims, qk);
+  absorbIn(m.v, m.vDims, pv);
+  const Value &o = g_.value(m.o);
+  if (o.users.size() == 1 &&
+      std::find(g_.outputs.begin(), g_.outputs.end(), m.o) ==
+          g_.outputs.end()) {
+    const Op &t = g_.op(o.users[0]);
+    std::vector<int64_t> perm = t.getInts("perm");
+    if (t.kind == "Transpose" && free(t.id) && perm.size() == m.oDims.size()) {
+      std::vector<int64_t> nd(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i)
+        nd[i] = m.oDims[size_t(perm[i])];
+      m.oDims = nd;
+      m.o = t.outputs[0];
+      m.members.push_back(t.id);
+      ++m.transposes;
+    }
+  }
+  std::sort(m.members.begin(), m.members.end());
+}
+
+void Fuser::matchAttention() {
+  for (const Op &op : g_.ops()) {
+    auto m = matchAt(op);
+    if (!m)
+      continue;
+    absorbTransposes(*m);
+    int id = int(attention_.size());
+    for (OpId o : m->members)
+      group_[size_t(o)] = id;
+    attention_.push_back(std::move(*m));
+  }
+}
+
+/// Element-wise groups, grown backwards from each root: a producer joins
+/// when it is a fusible element-wise op of the root's shape whose outputs
+/// only members read. Candidates are taken latest first, so every reader of
+/// one has been decided before it is.
+void Fuser::groupElementwise() {
+  auto candidate = [&](const Op &op, const std::vector<int64_t> &shape) {
+    if (!free(op.id) || !isFusibleElementwise(op.kind) || op.outputs.empty())
+      return false;
+    const Value &y = g_.value(op.outputs[0]);
+    if (!isFloating(y.dtype) || y.shape.dims != shape)
+      return false;
+    if (op.kind == "Dropout" && op.outputs.size() > 1 &&
+        op.outputs[1] != kNoValue && !g_.value(op.outputs[1]).users.empty())
+      return false;
+    return true;
+  };
+  int base = int(attention_.size());
+  for (size_t ri = g_.numOps(); ri-- > 0;) {
+    const Op &root = g_.op(OpId(ri));
+    if (root.outputs.empty() || root.outputs[0] == kNoValue)
+      continue;
+    const std::vector<int64_t> shape = g_.value(root.outputs[0]).shape.dims;
+    if (!candidate(root, shape))
+      continue;
+    std::set<OpId> members{root.id};
+    std::priority_queue<OpId> todo;
+    auto pushInputs = [&](const Op &op) {
+      for (ValueId v : op.inputs)
+        if (const Op *p = producer(v))
+          todo.push(p->id);
+    };
+    pushInputs(root);
+    while (!todo.empty()) {
+      OpId p = todo.top();
+      todo.pop();
+      if (members.count(p) || !candidate(g_.op(p), shape))
+        continue;
+      ValueId y = g_.op(p).outputs[0];
+      const Value &val = g_.value(y);
+      bool inside = std::find(g_.outputs.begin(), g_.outputs.end(), y) ==
+                    g_.outputs.end();
+      for (OpId u : val.users)
+        inside = inside && members.count(u);
+      if (!inside)
+        continue;
+      members.insert(p);
+      pushInputs(g_.op(p));
+    }
+    if (members.size() < 2)
+      continue;
+    int id = base + int(eltGroups_.size());
+    for (OpId o : members)
+      group_[size_t(o)] = id;
+    eltGroups_.emplace_back(members.begin(), members.end());
+  }
+  std::reverse(eltGroups_.begin(), eltGroups_.end());
+  // Groups were numbered from the end; renumber in op order.
+  for (size_t i = 0; i < eltGroups_.size(); ++i)
+    for (OpId o : eltGroups_[i])
+      group_[size_t(o)] = base + int(i);
+}
+
+std::string scopeOf(const std::string &name) {
+  size_t slash = name.rfind('/');
+  return slash == std::string::npos ? std::string() : name.substr(0, slash);
+}
+
+Op Fuser::attentionOp(const AttentionMatch &m, Graph &ng,
+                      const std::function<ValueId(ValueId)> &map) const {
+  Op op;
+  op.kind = "FlashAttention";
+  std::string base = scopeOf(g_.op(m.softmax).name) + "/FlashAttention";
+  op.name = base;
+  for (int k = 1; ng.findOp(op.name) >= 0 || g_.findOp(op.name) >= 0; ++k)
+    op.name = base + "_" + std::to_string(k);
+  op.inputs = {map(m.q), map(m.k), map(m.v)};
+  if (m.mask != kNoValue)
+    op.inputs.push_back(map(m.mask));
+  op.outputs = {map(m.o)};
+  op.attrs["q_dims"] = m.qDims;
+  op.attrs["k_dims"] = m.kDims;
+  op.attrs["v_dims"] = m.vDims;
+  op.attrs["o_dims"] = m.oDims;
+  op.attrs["batch_dims"] = m.batchDims;
+  op.attrs["scale"] = m.scale;
+  op.attrs["causal"] = int64_t(m.causal);
+  op.attrs["mask"] = m.maskKind;
+  op.attrs["mask_fill"] = m.maskFill;
+  op.attrs["dropout_ratio"] = m.dropoutRatio;
+  op.attrs["dropout_name"] = m.dropoutName;
+  return op;
+}
+
+Op Fuser::elementwiseOp(const std::vector<OpId> &members, Graph &ng,
+                        const std::function<ValueId(ValueId)> &map) const {
+  const Op &root = g_.op(members.back());
+  Op op;
+  op.kind = "FusedElementwise";
+  op.name = root.name + "/Fused";
+  for (int k = 1; ng.findOp(op.name) >= 0 || g_.findOp(op.name) >= 0; ++k)
+    op.name = root.name + "/Fused_" + std::to_string(k);
+  // Operand references: i >= 0 the fused op's input i, -(j + 1) member j's
+  // output.
+  std::vector<ValueId> external;
+  std::string kinds;
+  for (size_t j = 0; j < members.size(); ++j) {
+    const Op &m = g_.op(members[j]);
+    std::vector<int64_t> refs;
+    for (ValueId v : m.inputs) {
+      if (v == kNoValue) {
+        refs.push_back(std::numeric_limits<int64_t>::min());
+        continue;
+      }
+      auto it = std::find(members.begin(), members.end(), g_.value(v).producer);
+      if (g_.value(v).producer >= 0 && it != members.end()) {
+        refs.push_back(-int64_t(it - members.begin()) - 1);
+        continue;
+      }
+      auto e = std::find(external.begin(), external.end(), v);
+      refs.push_back(int64_t(e - external.begin()));
+      if (e == external.end())
+        external.push_back(v);
+    }
+    std::string pre = "m" + std::to_string(j) + ".";
+    op.attrs[pre + "kind"] = m.kind;
+    op.attrs[pre + "name"] = m.name;
+    op.attrs[pre + "in"] = refs;
+    for (const auto &[key, value] : m.attrs)
+      op.attrs[pre + key] = value;
+    kinds += (j ? "," : "") + m.kind;
+  }
+  op.attrs["members"] = int64_t(members.size());
+  op.attrs["kinds"] = kinds;
+  for (ValueId v : external)
+    op.inputs.push_back(map(v));
+  op.outputs = {map(root.outputs[0])};
+  return op;
+}
+
+llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats) {
+  matchAttention();
+  groupElementwise();
+  auto ng = std::make_unique<Graph>();
+  ng->name = g_.name;
+  ng->sourcePath = g_.sourcePath;
+  std::vector<ValueId> remap(g_.numValues(), kNoValue);
+  std::function<ValueId(ValueId)> map = [&](ValueId v) -> ValueId {
+    if (v == kNoValue)
+      return kNoValue;
+    if (remap[size_t(v)] == kNoValue) {
+      Value c = g_.value(v);
+      c.users.clear();
+      c.producer = -1;
+      c.producerOutput = -1;
+      remap[size_t(v)] = ng->addValue(std::move(c));
+    }
+    return remap[size_t(v)];
+  };
+  for (ValueId v : g_.inputs)
+    ng->inputs.push_back(map(v));
+  // Each pattern is emitted at its last member.
+  std::vector<OpId> last(attention_.size() + eltGroups_.size(), -1);
+  for (size_t o = 0; o < g_.numOps(); ++o)
+    if (group_[o] >= 0)
+      last[size_t(group_[o])] = OpId(o);
+  for (const Op &op : g_.ops()) {
+    int grp = group_[size_t(op.id)];
+    if (grp < 0) {
+      Op c;
+      c.name = op.name;
+      c.kind = op.kind;
+      c.attrs = op.attrs;
+      for (ValueId v : op.inputs)
+        c.inputs.push_back(map(v));
+      for (ValueId v : op.outputs)
+        c.outputs.push_back(map(v));
+      ng->addOp(std::move(c));
+      continue;
+    }
+    if (last[size_t(grp)] != op.id)
+      continue;
+    if (size_t(grp) < attention_.size())
+      ng->addOp(attentionOp(attention_[size_t(grp)], *ng, map));
+    else
+      ng->addOp(elementwiseOp(eltGroups_[size_t(grp) - attention_.size()],
+                              *ng, map));
+  }
+  for (ValueId v : g_.outputs)
+    ng->outputs.push_back(map(v));
+  if (auto err = ng->verify())
+    return internalError("kernel fusion broke the graph: {}",
+                         llvm::toString(std::move(err)));
+  if (auto err = ng->computeSemantics())
+    return llvm::Error(std::move(err));
+  if (stats) {
+    stats->attention = int(attention_.size());
+    stats->elementwise = int(eltGroups_.size());
+    stats->elementwiseOps = 0;
+    stats->transposes = 0;
+    for (const auto &grp : eltGroups_)
+      stats->elementwiseOps += int(grp.size());
+    for (const auto &m : attention_)
+      stats->transposes += m.transposes;
+    stats->opsBefore = g_.numOps();
+    stats->opsAfter = ng->numOps();
+  }
+  return ng;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Graph>> fuseKernels(const Graph &g,
+                                                   FusionStats *stats) {
+  return Fuser(g).run(stats);
+}
+
+} // namespace soap

@@ -1,0 +1,206 @@
+// The fused kernels of the fused execution model (IR/Fusion.h):
+// FlashAttention (Dao et al. 2022: one kernel over query blocks, keys
+// streamed through on-chip memory; saves Q, K, V, O and the row log-sum-exp;
+// backward recomputes the scores in the kernel) and FusedElementwise (a
+// chain of element-wise ops run as one kernel: its inputs read once, its
+// output written once).
+#include "OpBuilder.h"
+
+#include <algorithm>
+
+namespace soap {
+namespace detail {
+
+namespace {
+
+/// Operand `i`'s logical dims (per tensor dim, the logical dim it holds),
+/// checked to be a permutation of 0..rank-1.
+llvm::Expected<std::vector<int64_t>> logicalDims(const Op &op,
+                                                 llvm::StringRef key,
+                                                 size_t rank) {
+  std::vector<int64_t> dims = op.getInts(key);
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t d = 0; d < sorted.size(); ++d)
+    if (sorted[d] != int64_t(d))
+      sorted.clear();
+  if (dims.size() != rank || sorted.size() != rank)
+    return inputError("attribute '{}' is not a permutation of the operand's "
+                      "{} dims",
+                      key, rank);
+  return dims;
+}
+
+llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
+  SemBuilder b(op, g);
+  const char *names[] = {"Q", "K", "V"};
+  const char *keys[] = {"q_dims", "k_dims", "v_dims"};
+  const Value *in[3];
+  std::vector<int64_t> dims[4];
+  for (size_t i = 0; i < 3; ++i) {
+    auto v = b.need(i, names[i]);
+    if (!v)
+      return v.takeError();
+    in[i] = *v;
+  }
+  auto out = b.needOut(0, "O");
+  if (!out)
+    return out.takeError();
+  size_t rank = in[0]->shape.rank();
+  int64_t nb = op.getInt("batch_dims", int64_t(rank) - 2);
+  if (rank < 3 || rank > 4 || nb != int64_t(rank) - 2)
+    return inputError("FlashAttention takes rank-3 or rank-4 operands with "
+                      "{} batch dims, got rank {}",
+                      nb, rank);
+  const Value *operand[4] = {in[0], in[1], in[2], *out};
+  const char *allKeys[] = {keys[0], keys[1], keys[2], "o_dims"};
+  // Logical shapes [batch..., seq, feature].
+  std::vector<int64_t> logical[4];
+  for (size_t i = 0; i < 4; ++i) {
+    if (operand[i]->shape.rank() != rank)
+      return inputError("operand '{}' {} is not of rank {}", operand[i]->name,
+                        operand[i]->shape.str(), rank);
+    auto d = logicalDims(op, allKeys[i], rank);
+    if (!d)
+      return d.takeError();
+    dims[i] = *d;
+    logical[i].assign(rank, 0);
+    for (size_t t = 0; t < rank; ++t)
+      logical[i][size_t(dims[i][t])] = operand[i]->shape[t];
+  }
+  size_t s = size_t(nb), f = s + 1;
+  for (size_t d = 0; d < s; ++d)
+    for (size_t i = 1; i < 4; ++i)
+      if (logical[i][d] != logical[0][d])
+        return inputError("the batch dims of Q, K, V and O differ");
+  if (logical[0][f] != logical[1][f] || logical[1][s] != logical[2][s] ||
+      logical[0][s] != logical[3][s] || logical[2][f] != logical[3][f])
+    return inputError("Q {}, K {}, V {} and O {} do not make attention",
+                      in[0]->shape.str(), in[1]->shape.str(),
+                      in[2]->shape.str(), (*out)->shape.str());
+  // Loops: the batch dims (sample, heads), the query sequence, and the key
+  // sequence and head dims, which the kernel keeps whole.
+  std::vector<int> batch;
+  for (size_t d = 0; d < s; ++d) {
+    size_t t = size_t(std::find(dims[0].begin(), dims[0].end(), int64_t(d)) -
+                      dims[0].begin());
+    DimClass dflt = d == 0 ? DimClass::Sample : DimClass::Parameter;
+    DimClass cls = b.classOf(in[0], int64_t(t), dflt);
+    if (d > 0 && cls == DimClass::Attribute)
+      cls = DimClass::Parameter; // heads
+    batch.push_back(b.addLoop(d == 0 ? "n" : "h", cls, logical[0][d]));
+  }
+  int q = b.addLoop("q", DimClass::Attribute, logical[0][s]);
+  int k = b.addLoop("k", DimClass::Reduction, logical[1][s], false);
+  int e = b.addLoop("e", DimClass::Reduction, logical[0][f], false);
+  int ev = b.addLoop("ev", DimClass::Attribute, logical[2][f], false);
+  int seqLoop[4] = {q, k, k, q}, featLoop[4] = {e, e, ev, ev};
+  for (size_t i = 0; i < 4; ++i) {
+    std::vector<DimMap> m;
+    for (size_t t = 0; t < rank; ++t) {
+      size_t l = size_t(dims[i][t]);
+      m.push_back(DimMap::loop(l < s    ? batch[l]
+                               : l == s ? seqLoop[i]
+                                        : featLoop[i]));
+    }
+    if (i < 3)
+      b.setInput(i, m);
+    else
+      b.setOutput(0, m);
+  }
+  std::vector<int> scoreLoops = batch;
+  scoreLoops.push_back(q);
+  scoreLoops.push_back(k);
+  std::vector<int64_t> scoreShape(logical[0].begin(), logical[0].begin() + s);
+  scoreShape.push_back(logical[0][s]);
+  scoreShape.push_back(logical[1][s]);
+  if (b.numIn() > 3 && b.in(3))
+    if (auto err = b.setBroadcastInput(3, scoreLoops, scoreShape))
+      return llvm::Error(std::move(err));
+  uint64_t bm = 0;
+  for (int l : batch)
+    bm |= uint64_t(1) << l;
+  uint64_t qk = bm | (uint64_t(1) << q) | (uint64_t(1) << k);
+  uint64_t withE = qk | (uint64_t(1) << e), withEv = qk | (uint64_t(1) << ev);
+  // A causal kernel skips the blocks above the diagonal: half the work.
+  double c = op.getInt("causal", 0) ? 0.5 : 1.0;
+  // Forward: S = Q Kᵀ, the online softmax, O = P V.
+  b.flops(Pass::Forward, 2 * c, withE);
+  b.flops(Pass::Forward, 2 * c, withEv);
+  b.flops(Pass::Forward, 5 * c, qk);
+  // Backward: S recomputed, dV = Pᵀ dO, dP = dO Vᵀ, dS, dQ = dS K,
+  // dK = dSᵀ Q.
+  b.flops(Pass::BackwardData, 6 * c, withE);
+  b.flops(Pass::BackwardData, 4 * c, withEv);
+  b.flops(Pass::BackwardData, 8 * c, qk);
+  for (int i = 0; i < 3; ++i)
+    b.saveInput(i);
+  b.saveOutput(0);
+  // The row log-sum-exp, fp32; the dropout mask is drawn again from the
+  // seed in backward, never kept.
+  b.sem.savedExtraBytes.push_back({4, bm | (uint64_t(1) << q)});
+  return b.finish();
+}
+
+llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
+                                                  const Graph &g) {
+  SemBuilder b(op, g);
+  auto loops = broadcastLoops(b, b.numIn());
+  if (!loops)
+    return loops.takeError();
+  int64_t members = op.getInt("members", 0);
+  if (members < 2)
+    return inputError("FusedElementwise has {} members; it needs at least 2",
+                      members);
+  double fwd = 0, bwd = 0;
+  bool needsValues = false;
+  int masks = 0;
+  for (int64_t j = 0; j < members; ++j) {
+    std::string pre = "m" + std::to_string(j) + ".";
+    std::string kind = op.getString(pre + "kind", "");
+    double f = 0, bw = 0;
+    char saves = '-';
+    if (!eltSpecCosts(kind, f, bw, saves))
+      return inputError("member {} of kind '{}' is not element-wise", j, kind);
+    fwd += f;
+    bwd += bw;
+    if (kind == "Dropout")
+      masks += op.getInt(pre + "training_mode", 0) != 0 &&
+               op.getFloat(pre + "ratio", 0.5) > 0;
+    else if (saves == 'i' || saves == 'o')
+      needsValues = true;
+  }
+  if (fwd > 0)
+    b.flops(Pass::Forward, fwd, b.allLoops());
+  if (bwd > 0)
+    b.flops(Pass::BackwardData, bwd, b.allLoops());
+  for (size_t i = 0; i < b.numIn(); ++i)
+    if (b.in(i) && b.in(i)->kind == ValueKind::Weight) {
+      b.flops(Pass::BackwardWeight, 1, b.allLoops());
+      break;
+    }
+  // Backward runs the chain again from its inputs (what a fused epilogue
+  // such as Megatron's bias-GELU keeps), and reads each dropout's mask.
+  if (needsValues)
+    for (size_t i = 0; i < b.numIn(); ++i)
+      if (b.in(i) && b.in(i)->isActivationLike())
+        b.saveInput(int(i));
+  if (masks > 0)
+    b.sem.savedExtraBytes.push_back({double(masks), b.allLoops()});
+  return b.finish();
+}
+
+} // namespace
+
+void registerFusedOps(OpRegistry &r) {
+  r.add({"FlashAttention",
+         "softmax(scale * Q Kᵀ + mask) V with dropout, as one kernel that "
+         "keeps no scores (soapc --kernels fused)",
+         buildFlashAttention, {}, false, {}});
+  r.add({"FusedElementwise",
+         "a chain of element-wise ops as one kernel (soapc --kernels fused)",
+         buildFusedElementwise, {}, false, {}});
+}
+
+} // namespace detail
+} // namespace soap

@@ -1,0 +1,324 @@
+// What-if strategies (include/soap/Parallel/WhatIf.h): Megatron-LM's and
+// FSDP's settings parsed and built into a Strategy with the same code the
+// megatron baseline uses.
+#include "soap/Parallel/WhatIf.h"
+
+#include "soap/Parallel/Megatron.h"
+#include "soap/Support/Error.h"
+#include "llvm/ADT/SmallVector.h"
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace soap {
+
+llvm::StringRef recomputeModeName(RecomputeMode r) {
+  switch (r) {
+  case RecomputeMode::None:
+    return "none";
+  case RecomputeMode::Selective:
+    return "selective";
+  case RecomputeMode::Full:
+    return "full";
+  }
+  return "?";
+}
+
+std::string MegatronConfig::str() const {
+  return fmt::format("tp={},pp={},vp={},cp={},mbs={},sp={},recompute={},"
+                     "distopt={}",
+                     tp, pp, vp, cp, mbs, int(sp),
+                     recomputeModeName(recompute).str(), int(distopt));
+}
+
+namespace {
+
+/// Calls `set(key, value)` for each "key=value" of a comma-separated list;
+/// errors name the what-if and the key.
+llvm::Error forEachKey(
+    llvm::StringRef what, llvm::StringRef keys,
+    const std::function<llvm::Error(llvm::StringRef, llvm::StringRef)> &set) {
+  llvm::SmallVector<llvm::StringRef, 8> items;
+  keys.split(items, ',', -1, false);
+  std::vector<std::string> seen;
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split('=');
+    if (value.empty() || key.empty())
+      return inputError("--strategy {}: '{}' is not key=value", what, item);
+    if (std::find(seen.begin(), seen.end(), key.str()) != seen.end())
+      return inputError("--strategy {}: key '{}' is given twice", what, key);
+    seen.push_back(key.str());
+    if (auto err = set(key, value))
+      return err;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<int64_t> positive(llvm::StringRef what, llvm::StringRef key,
+                                 llvm::StringRef value) {
+  int64_t v = 0;
+  if (value.getAsInteger(10, v) || v < 1)
+    return inputError("--strategy {}: {}={} is not a positive integer", what,
+                      key, value);
+  return v;
+}
+
+llvm::Expected<bool> flag(llvm::StringRef what, llvm::StringRef key,
+                          llvm::StringRef value) {
+  if (value == "0" || value == "1")
+    return value == "1";
+  return inputError("--strategy {}: {}={} must be 0 or 1", what, key, value);
+}
+
+llvm::Expected<RecomputeMode> recomputeMode(llvm::StringRef what,
+                                            llvm::StringRef value) {
+  if (value == "none")
+    return RecomputeMode::None;
+  if (value == "selective")
+    return RecomputeMode::Selective;
+  if (value == "full")
+    return RecomputeMode::Full;
+  return inputError("--strategy {}: recompute={} must be none, selective or "
+                    "full",
+                    what, value);
+}
+
+/// Heads of an attention op: FlashAttention's "h" loop, or an eager
+/// [batch, heads, q, k] softmax's second loop. 0 when it has none.
+int64_t headsOf(const Op &op) {
+  for (const LoopDim &l : op.sem.loops)
+    if (l.name == "h")
+      return l.size;
+  if (op.kind == "Softmax" && op.sem.loops.size() == 4)
+    return op.sem.loops[1].size;
+  return 0;
+}
+
+/// The global batch: the sample loop of the first op that has one.
+int64_t globalBatch(const Graph &g) {
+  for (const Op &op : g.ops()) {
+    int l = sampleLoop(op.sem);
+    if (l >= 0)
+      return op.sem.loops[size_t(l)].size;
+  }
+  return 0;
+}
+
+/// Megatron's selective recomputation: the core attention.
+std::vector<uint8_t> selectiveRecompute(const Graph &g) {
+  bool fused = std::any_of(g.ops().begin(), g.ops().end(), [](const Op &op) {
+    return op.kind == "FlashAttention";
+  });
+  if (!fused)
+    return recomputePolicy(g, false);
+  std::vector<uint8_t> r(g.numOps(), 0);
+  for (const Op &op : g.ops())
+    r[size_t(op.id)] = op.kind == "FlashAttention";
+  return r;
+}
+
+void applyMemoryChoices(const Graph &g, Strategy &s, int zero,
+                        RecomputeMode recompute) {
+  s.zero.clear();
+  if (zero > 0)
+    s.zero = zeroPolicy(g, s, zero);
+  dropIdleZero(g, s);
+  s.recompute.clear();
+  if (recompute == RecomputeMode::Selective)
+    s.recompute = selectiveRecompute(g);
+  else if (recompute == RecomputeMode::Full)
+    s.recompute = recomputePolicy(g, true);
+}
+
+} // namespace
+
+llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
+  MegatronConfig c;
+  const char *what = "megatron";
+  auto err = forEachKey(
+      what, keys, [&](llvm::StringRef key, llvm::StringRef value) -> llvm::Error {
+        if (key == "sp" || key == "distopt") {
+          auto f = flag(what, key, value);
+          if (!f)
+            return f.takeError();
+          (key == "sp" ? c.sp : c.distopt) = *f;
+          return llvm::Error::success();
+        }
+        if (key == "recompute") {
+          auto r = recomputeMode(what, value);
+          if (!r)
+            return r.takeError();
+          c.recompute = *r;
+          return llvm::Error::success();
+        }
+        auto v = positive(what, key, value);
+        if (!v)
+          return v.takeError();
+        if (key == "tp" || key == "pp" || key == "vp" || key == "cp") {
+          if (*v > (int64_t(1) << 20))
+            return inputError("--strategy megatron: {}={} is too large", key,
+                              value);
+          int32_t n = int32_t(*v);
+          (key == "tp" ? c.tp : key == "pp" ? c.pp : key == "vp" ? c.vp : c.cp) =
+              n;
+        } else if (key == "mbs") {
+          c.mbs = *v;
+        } else {
+          return inputError("--strategy megatron: unknown key '{}' (keys: tp, "
+                            "pp, vp, cp, mbs, sp, recompute, distopt)",
+                            key);
+        }
+        return llvm::Error::success();
+      });
+  if (err)
+    return llvm::Error(std::move(err));
+  return c;
+}
+
+llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
+  FsdpConfig c;
+  const char *what = "fsdp";
+  auto err = forEachKey(
+      what, keys, [&](llvm::StringRef key, llvm::StringRef value) -> llvm::Error {
+        if (key == "recompute") {
+          auto r = recomputeMode(what, value);
+          if (!r)
+            return r.takeError();
+          c.recompute = *r;
+          return llvm::Error::success();
+        }
+        auto v = positive(what, key, value);
+        if (!v)
+          return v.takeError();
+        if (key == "zero") {
+          if (*v > 3)
+            return inputError("--strategy fsdp: zero={} must be 1, 2 or 3",
+                              value);
+          c.zero = int(*v);
+        } else if (key == "mbs") {
+          c.mbs = *v;
+        } else {
+          return inputError("--strategy fsdp: unknown key '{}' (keys: zero, "
+                            "mbs, recompute)",
+                            key);
+        }
+        return llvm::Error::success();
+      });
+  if (err)
+    return llvm::Error(std::move(err));
+  return c;
+}
+
+llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
+                                                const Topology &topo,
+                                                const MegatronConfig &c) {
+  auto lacks = [](llvm::StringRef key, llvm::StringRef feature) {
+    return inputError("--strategy megatron: {} ({}) is not in soapc's space "
+                      "yet",
+                      key, feature);
+  };
+  if (c.vp > 1)
+    return lacks(fmt::format("vp={}", c.vp), "interleaved pipeline stages");
+  if (c.cp > 1)
+    return lacks(fmt::format("cp={}", c.cp), "context parallelism");
+  if (c.sp)
+    return lacks("sp=1", "sequence parallelism");
+  int64_t devices = int64_t(topo.numDevices());
+  int64_t group = int64_t(c.tp) * c.pp * c.cp;
+  if (devices % group != 0)
+    return inputError("--strategy megatron: tp={} x pp={} x cp={} = {} does "
+                      "not divide the {} devices",
+                      c.tp, c.pp, c.cp, group, devices);
+  int64_t dp = devices / group;
+  int64_t perNode = int64_t(topo.devicesPerNode());
+  if (perNode % c.tp != 0)
+    return inputError("--strategy megatron: tp={} does not divide the {} "
+                      "devices of a node",
+                      c.tp, perNode);
+  std::vector<OpId> starts = transformerLayerStarts(g);
+  int64_t layers = int64_t(starts.size());
+  if (layers > 0 && c.pp > layers)
+    return inputError("--strategy megatron: pp={} is more than the model's "
+                      "{} layers",
+                      c.pp, layers);
+  if (layers > 0 && layers % c.pp != 0)
+    return inputError("--strategy megatron: pp={} does not divide the "
+                      "model's {} layers",
+                      c.pp, layers);
+  if (layers == 0 && size_t(c.pp) > g.numOps())
+    return inputError("--strategy megatron: pp={} is more than the model's "
+                      "{} ops",
+                      c.pp, g.numOps());
+  for (const Op &op : g.ops())
+    if (isAttentionOp(op)) {
+      int64_t heads = headsOf(op);
+      if (heads > 0 && heads % c.tp != 0)
+        return inputError("--strategy megatron: tp={} does not divide the "
+                          "{} heads of {}",
+                          c.tp, heads, g.where(op.id));
+    }
+  int64_t batch = globalBatch(g);
+  if (batch <= 0 || batch % (dp * c.mbs) != 0)
+    return inputError("--strategy megatron: the batch of {} does not split "
+                      "into dp={} x mbs={}",
+                      batch, dp, c.mbs);
+  int64_t m = batch / (dp * c.mbs);
+  if (m > (int64_t(1) << 20))
+    return inputError("--strategy megatron: {} micro-batches are too many",
+                      m);
+
+  Strategy s;
+  s.pipeline.microBatches = int32_t(m);
+  s.pipeline.schedule = PipelineSchedule::OneFOneB;
+  if (c.pp > 1)
+    s.pipeline.stageOf = layerStages(g, c.pp);
+  s.configs = megatronGroupConfigs(g, c.tp, dp);
+  for (const Op &op : g.ops())
+    for (DeviceId &dev : s.configs[size_t(op.id)].devices)
+      dev += DeviceId(s.pipeline.stage(op.id) * dp * c.tp);
+  applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
+  if (auto err = verifyStrategy(s, g, topo))
+    return llvm::Error(std::move(err));
+  return s;
+}
+
+bool isWhatIf(llvm::StringRef spec) {
+  return spec.startswith("megatron:") || spec.startswith("fsdp:");
+}
+
+llvm::Expected<Strategy> whatIfStrategy(llvm::StringRef spec, const Graph &g,
+                                        const Topology &topo) {
+  auto [kind, keys] = spec.split(':');
+  if (kind == "megatron") {
+    auto c = parseMegatronConfig(keys);
+    if (!c)
+      return c.takeError();
+    return megatronConfigStrategy(g, topo, *c);
+  }
+  if (kind != "fsdp")
+    return inputError("--strategy: unknown what-if '{}' (megatron:... or "
+                      "fsdp:...)",
+                      kind);
+  auto c = parseFsdpConfig(keys);
+  if (!c)
+    return c.takeError();
+  int64_t devices = int64_t(topo.numDevices());
+  int64_t batch = globalBatch(g);
+  if (batch <= 0 || batch % devices != 0)
+    return inputError("--strategy fsdp: the batch of {} does not split over "
+                      "{} devices",
+                      batch, devices);
+  int64_t mbs = c->mbs > 0 ? c->mbs : batch / devices;
+  if (batch % (devices * mbs) != 0)
+    return inputError("--strategy fsdp: the batch of {} does not split into "
+                      "{} devices x mbs={}",
+                      batch, devices, mbs);
+  Strategy s;
+  s.configs = megatronGroupConfigs(g, 1, devices);
+  s.pipeline.microBatches = int32_t(batch / (devices * mbs));
+  applyMemoryChoices(g, s, c->zero, c->recompute);
+  if (auto err = verifyStrategy(s, g, topo))
+    return llvm::Error(std::move(err));
+  return s;
+}
+
+} // namespace soap

@@ -148,6 +148,16 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
         t > 1 ? tensorSplit(g, op, splitDim, t) : std::make_pair(-1, -1);
     if (!op.outputs.empty() && op.outputs[0] != kNoValue)
       splitDim[size_t(op.outputs[0])] = od;
+    // Every other output the split loop indexes is split too (Split's K
+    // and V beside Q).
+    for (size_t j = 1; j < op.outputs.size() && tl >= 0; ++j) {
+      ValueId v = op.outputs[j];
+      if (v == kNoValue || !sem.outputs[j].present)
+        continue;
+      const TensorMap &om = sem.outputs[j];
+      splitDim[size_t(v)] =
+          tensorDimOf(om, g.value(v).shape.dims, dimOfLoop(om, tl));
+    }
     int sl = sampleLoopOf(sem);
     OpConfig c = OpConfig::single(sem, 0);
     bool dataSplit = sl >= 0 && divides(sem.loops[size_t(sl)], d);

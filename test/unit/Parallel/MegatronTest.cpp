@@ -43,7 +43,7 @@ TEST_CASE("megatron splits attention and MLP by columns then rows",
   CHECK(configOf(*g, *s4, "/layers.0/ffn_out/MatMul") == "b0=2 k=4 @0-7");
 }
 
-TEST_CASE("megatron's stages have equal FLOPs, on consecutive nodes",
+TEST_CASE("megatron's stages hold equal layers, on consecutive nodes",
           "[Parallel][megatron]") {
   auto g = zooModel("transformer", 64);
   Topology topo = exampleTopology("dgx-h100-8");
@@ -53,16 +53,31 @@ TEST_CASE("megatron's stages have equal FLOPs, on consecutive nodes",
   CHECK(s->pipeline.numStages() == 4);
   CHECK(s->pipeline.microBatches == 16);
   CHECK(s->pipeline.schedule == PipelineSchedule::OneFOneB);
-  std::vector<double> flops(4, 0);
+  // Megatron's stages: equal numbers of transformer layers (attentions),
+  // whatever the embedding and the LM head add to the first and last.
+  std::vector<int> attention(4, 0);
   for (const Op &op : g->ops()) {
     int32_t st = s->pipeline.stage(op.id);
-    flops[size_t(st)] += op.sem.tileFlops(Pass::Forward, op.sem.fullTile());
+    attention[size_t(st)] += isAttentionOp(op);
     // Stage st on nodes 2st and 2st + 1: devices 16 st .. 16 st + 15.
     for (DeviceId d : s->configs[size_t(op.id)].devices) {
       CHECK(d >= DeviceId(16 * st));
       CHECK(d < DeviceId(16 * st + 16));
     }
   }
+  CHECK(transformerLayerStarts(*g).size() == 24);
+  for (int a : attention)
+    CHECK(a == 6);
+  // Without a layer stack (or when the stages do not divide it): equal
+  // forward FLOPs.
+  auto cnn = zooModel("resnet101", 64);
+  auto sc = megatronStrategy(*cnn, topo, {8, 4, 0});
+  if (!sc)
+    FAIL(errorMessage(sc.takeError()));
+  std::vector<double> flops(4, 0);
+  for (const Op &op : cnn->ops())
+    flops[size_t(sc->pipeline.stage(op.id))] +=
+        op.sem.tileFlops(Pass::Forward, op.sem.fullTile());
   double total = flops[0] + flops[1] + flops[2] + flops[3];
   for (double f : flops)
     CHECK(f == Approx(total / 4).epsilon(0.1));

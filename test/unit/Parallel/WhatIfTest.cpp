@@ -1,0 +1,118 @@
+// What-if strategies: Megatron-LM's and FSDP's settings parsed, built and
+// checked, with one input error per impossible key.
+#include "../TestInputs.h"
+
+#include "soap/IR/Fusion.h"
+#include "soap/Parallel/Megatron.h"
+#include "soap/Parallel/WhatIf.h"
+#include <catch2/catch.hpp>
+
+using namespace soap;
+using namespace soap::test;
+
+namespace {
+std::unique_ptr<Graph> fusedGpt2(int64_t batch) {
+  auto g = zooModel("gpt2", batch);
+  auto f = fuseKernels(*g);
+  if (!f)
+    FAIL(errorMessage(f.takeError()));
+  return std::move(*f);
+}
+
+std::string errorOf(llvm::StringRef spec, const Graph &g,
+                    const Topology &topo) {
+  auto s = whatIfStrategy(spec, g, topo);
+  if (s)
+    return "";
+  return errorMessage(s.takeError());
+}
+} // namespace
+
+TEST_CASE("megatron what-if keys parse", "[Parallel][whatif]") {
+  auto c = parseMegatronConfig(
+      "tp=4,pp=8,mbs=2,recompute=selective,distopt=1,sp=0,cp=1,vp=1");
+  if (!c)
+    FAIL(errorMessage(c.takeError()));
+  CHECK(c->tp == 4);
+  CHECK(c->pp == 8);
+  CHECK(c->mbs == 2);
+  CHECK(c->recompute == RecomputeMode::Selective);
+  CHECK(c->distopt);
+  CHECK(c->str() ==
+        "tp=4,pp=8,vp=1,cp=1,mbs=2,sp=0,recompute=selective,distopt=1");
+  auto bad = [](llvm::StringRef keys) {
+    auto r = parseMegatronConfig(keys);
+    return r ? std::string() : errorMessage(r.takeError());
+  };
+  CHECK(bad("tp=0").find("tp=0 is not a positive integer") !=
+        std::string::npos);
+  CHECK(bad("tq=2").find("unknown key 'tq'") != std::string::npos);
+  CHECK(bad("tp=2,tp=4").find("given twice") != std::string::npos);
+  CHECK(bad("recompute=some").find("none, selective or full") !=
+        std::string::npos);
+  CHECK(bad("sp=yes").find("must be 0 or 1") != std::string::npos);
+  CHECK(bad("tp").find("not key=value") != std::string::npos);
+}
+
+TEST_CASE("megatron what-if builds Megatron's plan", "[Parallel][whatif]") {
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2"); // 16 GPUs
+  auto s = whatIfStrategy(
+      "megatron:tp=4,pp=2,mbs=1,recompute=selective,distopt=1", *g, topo);
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  // dp = 16 / 8 = 2; m = 16 / (2 x 1).
+  CHECK(s->pipeline.microBatches == 8);
+  CHECK(s->pipeline.numStages() == 2);
+  // Six layers per stage: the embedding with the first, the LM head and
+  // loss with the last.
+  CHECK(s->pipeline.stage(g->findOp("/h.5/Add_3/Fused")) == 0);
+  CHECK(s->pipeline.stage(g->findOp("/h.6/ln_1/LayerNormalization")) == 1);
+  CHECK(s->pipeline.stage(0) == 0);
+  CHECK(s->pipeline.stage(OpId(g->numOps() - 1)) == 1);
+  // The attention split by heads; the LM head by the vocabulary... which
+  // GPT-2's 50,257 does not allow: replicated (Megatron pads it).
+  OpId fa = g->findOp("/h.0/attn/FlashAttention");
+  CHECK(s->configs[size_t(fa)].str(g->op(fa).sem) == "n=2 h=4 @0-7");
+  // Selective recomputation is the core attention alone.
+  for (const Op &op : g->ops())
+    CHECK(s->recomputes(op.id) == (op.kind == "FlashAttention"));
+  CHECK(s->zeroStage(g->findOp("/h.0/c_fc/MatMul")) == 1);
+}
+
+TEST_CASE("megatron what-if refuses what it cannot build",
+          "[Parallel][whatif]") {
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  CHECK(errorOf("megatron:tp=2,vp=2", *g, topo).find("vp=2 (interleaved") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:cp=2", *g, topo).find("context parallelism") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:sp=1", *g, topo).find("sequence parallelism") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:tp=8,pp=1,mbs=1", *g, topo)
+            .find("does not divide the 12 heads") != std::string::npos);
+  CHECK(errorOf("megatron:pp=16", *g, topo).find("more than the model's 12") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:pp=8", *g, topo).find("does not divide the model's") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:tp=3", *g, topo).find("does not divide the 16") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:tp=2,mbs=3", *g, topo).find("does not split") !=
+        std::string::npos);
+  CHECK(errorOf("zero:3", *g, topo).find("unknown what-if") !=
+        std::string::npos);
+}
+
+TEST_CASE("fsdp what-if", "[Parallel][whatif]") {
+  auto g = fusedGpt2(32);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto s = whatIfStrategy("fsdp:zero=3,mbs=1,recompute=full", *g, topo);
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  CHECK(s->pipeline.microBatches == 2);
+  CHECK(s->zeroStage(g->findOp("/h.0/c_fc/MatMul")) == 3);
+  CHECK(!s->recompute.empty());
+  CHECK(errorOf("fsdp:zero=4", *g, topo).find("1, 2 or 3") !=
+        std::string::npos);
+}

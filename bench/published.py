@@ -282,13 +282,16 @@ def run_row(a, r, models_dir, peaks):
     s = dict(r["strategy"])
     out = {k: v for k, v in r.items() if k not in ("generated",)}
     out["strategy_text"] = strategy_text(s)
-    peak = peaks.get(r["device"])
+    topo = os.path.join(ROOT, "examples/topologies", r["topology"] + ".json")
+    if os.path.exists(topo):  # the topology's device, where it exists
+        with open(topo) as f:
+            out["device"] = json.load(f).get("device", r["device"])
+    peak = peaks.get(out["device"])
     out["peak_flops"] = peak
     tokens = r["batch"] * r["seq"]
     out["mfu_published"] = (6 * r["parameters"] * tokens /
                             (r["published_s"] * r["gpus"] * peak)
                             if peak else None)
-    topo = os.path.join(ROOT, "examples/topologies", r["topology"] + ".json")
     if not os.path.exists(topo):
         out.update(status="topology missing", message=rel(topo), wall_s=0.0)
         return out

@@ -142,12 +142,10 @@ def build_rows():
                          "sp": 1, "recompute": "none", "distopt": 1},
             "published_s": step})
     for r in rows:
-        s = r["strategy"]
         r["parameters"] = gpt3.gpt_params(r["vocab"], r["hidden"],
                                           r["layers"], r["seq"])
         r["flops_eq3"] = eq3_flops(r)
-        r["dp"] = r["gpus"] // (s["tp"] * s["pp"] * s["cp"])
-        r["micro_batches"] = r["batch"] // (r["dp"] * s["mbs"])
+        derive(r)
         if "published_s" not in r:
             r["published_s"] = r["flops_eq3"] / (
                 r["gpus"] * r["published_tflops"] * 1e12)
@@ -155,6 +153,13 @@ def build_rows():
             r["published_tflops"] = r["flops_eq3"] / (
                 r["gpus"] * r["published_s"]) / 1e12
     return rows
+
+
+def derive(r):
+    """dp and the micro-batch count from the row's strategy."""
+    s = r["strategy"]
+    r["dp"] = r["gpus"] // (s["tp"] * s["pp"] * s["cp"])
+    r["micro_batches"] = r["batch"] // (r["dp"] * s["mbs"])
 
 
 def eq3_flops(r):
@@ -398,6 +403,10 @@ def main():
     ap.add_argument("--strategy", default="",
                     help="simulate this --strategy instead of each row's "
                     "megatron:... (a check of the bench on older binaries)")
+    ap.add_argument("--set", action="append", default=[],
+                    metavar="PREFIX:KEY=VALUE",
+                    help="change a strategy key of the rows whose id starts "
+                    "with PREFIX (e.g. nemo:recompute=selective; repeatable)")
     ap.add_argument("--models-dir",
                     default=os.path.join(ROOT, "build/published-models"))
     ap.add_argument("--retries", type=int, default=3,
@@ -409,6 +418,16 @@ def main():
                                                   "results/published.json"))
     a = ap.parse_args()
     rows = build_rows()
+    for text in a.set:
+        m = re.fullmatch(r"([^:]*):([a-z]+)=([A-Za-z0-9]+)", text)
+        if not m or m.group(2) not in KEY_ORDER:
+            sys.exit("--set %r: expected PREFIX:KEY=VALUE with KEY one of %s"
+                     % (text, ", ".join(KEY_ORDER)))
+        prefix, key, value = m.groups()
+        for r in rows:
+            if r["id"].startswith(prefix):
+                r["strategy"][key] = int(value) if value.isdigit() else value
+                derive(r)
     peaks = catalog_peaks()
     todo = [r for r in rows if selected(r, a)]
     if a.list:

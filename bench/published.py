@@ -34,6 +34,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -220,41 +221,96 @@ def model_path(r, models_dir):
     return os.path.join(ROOT, "examples", "models", r["model"] + ".onnx")
 
 
+def rss_bytes(pid):
+    """Resident bytes of a running process (Linux), 0 when unknown."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def mem_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_watched(cmd, timeout, max_rss):
+    """Runs cmd, killed past timeout seconds or max_rss resident bytes
+    (a task graph too big for this machine is stopped before the kernel's
+    OOM killer picks a process, perhaps someone else's). Returns (exit code
+    or "timeout"/"memory", stdout, stderr, wall, peak RSS)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        peak, why = 0, None
+        while True:
+            # wait4 reaps the child with its own peak RSS (Linux: KiB).
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                peak = max(peak, usage.ru_maxrss * 1024)
+                break
+            peak = max(peak, rss_bytes(p.pid))
+            if time.time() - t0 > timeout:
+                why = "timeout"
+            elif max_rss and peak > max_rss:
+                why = "memory"
+            if why:
+                p.kill()
+                p.wait()
+                break
+            time.sleep(0.2)
+        wall = time.time() - t0
+        out.seek(0)
+        err.seek(0)
+        return (why or p.returncode, out.read().decode(errors="replace"),
+                err.read().decode(errors="replace"), wall, peak)
+
+
 def simulate(a, r, strategy, models_dir):
     """One `soapc simulate`; returns (status, report or None, message,
-    wall seconds)."""
+    wall seconds, peak RSS bytes)."""
     cmd = [a.soapc, "simulate", model_path(r, models_dir), "--topology",
-           os.path.join(ROOT, "examples/topologies", r["topology"] + ".json"),
+           os.path.join(a.topology_dir, r["topology"] + ".json"),
            "--batch", str(r["batch"]), "--precision", "bf16",
            "--optimizer", "adam", "--strategy", a.strategy or strategy,
            "--format", "json"]
     if a.kernels:
         cmd += ["--kernels", a.kernels]
+    max_rss = int(a.max_rss * 2**30)
     for attempt in range(a.retries + 1):
-        t0 = time.time()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=a.timeout)
-        except subprocess.TimeoutExpired:
-            return "timeout", None, "over --timeout %gs" % a.timeout, \
-                time.time() - t0
+            rc, out, err, wall, peak = run_watched(cmd, a.timeout, max_rss)
         except OSError as e:  # being relinked: ETXTBSY, ENOENT
             if attempt == a.retries:
-                return "error", None, "cannot run %s: %s" % (a.soapc, e), 0.0
+                return ("error", None, "cannot run %s: %s" % (a.soapc, e),
+                        0.0, 0)
             time.sleep(a.retry_wait)
             continue
-        wall = time.time() - t0
-        lines = p.stderr.strip().splitlines()
+        if rc == "timeout":
+            return "timeout", None, "over --timeout %gs" % a.timeout, \
+                wall, peak
+        if rc == "memory":
+            return "memory", None, "over --max-rss %.1f GiB" % a.max_rss, \
+                wall, peak
+        lines = err.strip().splitlines()
         message = lines[-1] if lines else ""
-        if p.returncode == 0:
+        if rc == 0:
             try:
-                return "ok", json.loads(p.stdout), message, wall
+                return "ok", json.loads(out), message, wall, peak
             except ValueError:
-                return "error", None, "soapc printed no JSON", wall
-        if p.returncode == 2:
-            return "unsupported", None, message, wall
-        return "error", None, "exit %d: %s" % (p.returncode, message), wall
-    return "error", None, "unreachable", 0.0
+                return "error", None, "soapc printed no JSON", wall, peak
+        if rc == 2:
+            return "unsupported", None, message, wall, peak
+        return "error", None, "exit %s: %s" % (rc, message), wall, peak
+    return "error", None, "unreachable", 0.0, 0
 
 
 def named_key(message, strategy):
@@ -287,7 +343,7 @@ def run_row(a, r, models_dir, peaks):
     s = dict(r["strategy"])
     out = {k: v for k, v in r.items() if k not in ("generated",)}
     out["strategy_text"] = strategy_text(s)
-    topo = os.path.join(ROOT, "examples/topologies", r["topology"] + ".json")
+    topo = os.path.join(a.topology_dir, r["topology"] + ".json")
     if os.path.exists(topo):  # the topology's device, where it exists
         with open(topo) as f:
             out["device"] = json.load(f).get("device", r["device"])
@@ -300,8 +356,10 @@ def run_row(a, r, models_dir, peaks):
     if not os.path.exists(topo):
         out.update(status="topology missing", message=rel(topo), wall_s=0.0)
         return out
-    status, rep, message, wall = simulate(a, r, strategy_text(s), models_dir)
-    out.update(status=status, message=message, wall_s=round(wall, 1))
+    status, rep, message, wall, rss = simulate(a, r, strategy_text(s),
+                                               models_dir)
+    out.update(status=status, message=message, wall_s=round(wall, 1),
+               soapc_rss_gib=round(rss / 2**30, 1))
     if status == "ok":
         fill(out, r, rep, peak)
         return out
@@ -314,12 +372,13 @@ def run_row(a, r, models_dir, peaks):
             break
         s[key] = FALLBACK[key][0]
         lacking.append(key)
-        status, rep, message, wall = simulate(a, r, strategy_text(s),
-                                              models_dir)
+        status, rep, message, wall, rss = simulate(a, r, strategy_text(s),
+                                                   models_dir)
     if lacking:
         near = {"without": lacking, "strategy": dict(s),
                 "strategy_text": strategy_text(s), "status": status,
-                "message": message, "wall_s": round(wall, 1)}
+                "message": message, "wall_s": round(wall, 1),
+                "soapc_rss_gib": round(rss / 2**30, 1)}
         if status == "ok":
             fill(near, r, rep, peak)
         out["nearest"] = near
@@ -350,11 +409,12 @@ def print_line(label, r, e, s):
                       else "%.0f" % e["tflops_predicted"])
     tail = "" if e["status"] == "ok" else "%s: %s" % (e["status"],
                                                       e["message"])
-    print("%-26s %-11s %5d %-14s %8.3f %8s %7s %11s %9s %-18s %7.1f  %s" % (
-        label, r["role"] if label == r["id"] else "", r["gpus"],
-        shape_text(r, s), r["published_s"],
-        "-" if pred is None else "%.3f" % pred, pct(e.get("error")), mfu, tf,
-        mem, e.get("wall_s", 0.0), tail), flush=True)
+    print("%-26s %-11s %5d %-14s %8.3f %8s %7s %11s %9s %-18s %7.1f %5.1f  %s"
+          % (label, r["role"] if label == r["id"] else "", r["gpus"],
+             shape_text(r, s), r["published_s"],
+             "-" if pred is None else "%.3f" % pred, pct(e.get("error")), mfu,
+             tf, mem, e.get("wall_s", 0.0), e.get("soapc_rss_gib", 0.0),
+             tail), flush=True)
 
 
 def summary(rows):
@@ -397,6 +457,10 @@ def main():
                     help="skip rows with more GPUs")
     ap.add_argument("--timeout", type=float, default=1800,
                     help="seconds per soapc simulate (default 1800)")
+    ap.add_argument("--max-rss", type=float,
+                    default=round(0.75 * mem_total() / 2**30, 1),
+                    help="GiB of resident memory past which a simulation is "
+                    "stopped (default: 3/4 of this machine's)")
     ap.add_argument("--soapc", default=os.path.join(ROOT, "build/bin/soapc"))
     ap.add_argument("--kernels", default="fused",
                     help="soapc's --kernels ('' to leave it out)")
@@ -407,6 +471,9 @@ def main():
                     metavar="PREFIX:KEY=VALUE",
                     help="change a strategy key of the rows whose id starts "
                     "with PREFIX (e.g. nemo:recompute=selective; repeatable)")
+    ap.add_argument("--topology-dir",
+                    default=os.path.join(ROOT, "examples/topologies"),
+                    help="where dgx-a100-N.json and dgx-h100-N.json are")
     ap.add_argument("--models-dir",
                     default=os.path.join(ROOT, "build/published-models"))
     ap.add_argument("--retries", type=int, default=3,
@@ -438,12 +505,14 @@ def main():
         return
     os.makedirs(a.models_dir, exist_ok=True)
     ensure_models(todo, a.models_dir)
-    print("soapc simulate --precision bf16 --optimizer adam%s; timeout %gs "
-          "per simulation" % (" --kernels " + a.kernels if a.kernels else "",
-                              a.timeout))
-    print("%-26s %-11s %5s %-14s %8s %8s %7s %11s %9s %-18s %7s  %s" % (
+    print("soapc simulate --precision bf16 --optimizer adam%s; each "
+          "simulation stopped past %gs or %.1f GiB resident (RSS column: "
+          "soapc's peak GiB)" % (" --kernels " + a.kernels if a.kernels
+                                 else "", a.timeout, a.max_rss))
+    print("%-26s %-11s %5s %-14s %8s %8s %7s %11s %9s %-18s %7s %5s  %s" % (
         "row", "role", "GPUs", "t/p/vp/mbs/m", "publ s", "pred s", "err %",
-        "MFU % p/s", "TF/s p/s", "peak/cap GiB", "wall s", "notes"))
+        "MFU % p/s", "TF/s p/s", "peak/cap GiB", "wall s", "RSS",
+        "notes"))
     results = []
     for r in todo:
         e = run_row(a, r, a.models_dir, peaks)

@@ -81,6 +81,9 @@ FALLBACK = {
 }
 KEY_ORDER = ["tp", "pp", "vp", "cp", "mbs", "sp", "recompute", "distopt"]
 
+DESCRIPTION = ("Published large-scale GPT training runs (Megatron-LM SC21 "
+               "Table 1, NVIDIA NeMo GPT-3 175B) against soapc simulate "
+               "--strategy megatron:... (a what-if, no search)")
 NOTES = [
     "SC21 rows: fp16 in the paper, simulated as --precision bf16 (same "
     "kernel cost and bytes); recompute=full (activation recomputation), "
@@ -539,9 +542,10 @@ def main():
         print("* " + n)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"description": __doc__.splitlines()[0],
-                   "notes": NOTES, "summary": summary(merged),
-                   "rows": merged}, f, indent=2, sort_keys=True)
+        json.dump({"description": DESCRIPTION, "kernels": a.kernels,
+                   "topology_dir": rel(a.topology_dir), "notes": NOTES,
+                   "summary": summary(merged), "rows": merged},
+                  f, indent=2, sort_keys=True)
         f.write("\n")
     print("wrote %s" % rel(a.out))
 

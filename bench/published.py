@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """bench/published.py [--only ID,PREFIX,..] [--max-gpus N] [--timeout S]
-                      [--soapc PATH] [--out bench/results/published.json]
+                      [--max-rss GiB] [--soapc PATH] [--topology-dir DIR]
+                      [--set PREFIX:KEY=VALUE] [--list]
+                      [--out bench/results/published.json]
 
 Published large-scale GPT training runs against soapc's prediction: each
 row's configuration is given to `soapc simulate --strategy megatron:...`

@@ -5,6 +5,7 @@ Run from the repository root with Debian's Python (onnx 1.12; torch is not
 needed):
 
     /usr/bin/python3 examples/models/gpt3.py [--out DIR] [--only name,name]
+        [--config NAME:layers,hidden,heads[,vocab[,seq]] ...]
 
 175B parameters are 700 GB in fp32: no torch model of that size can be built
 here, and torch.onnx.export could not write it (protobuf stops at 2 GB). So
@@ -31,6 +32,11 @@ token embedding as in export.py's GPT2):
                                                    40 x 128 = 5120 is what
                                                    implementations use)
     gpt3_175b       96    12288     96     128
+
+--config writes a GPT of any other shape with the same architecture (e.g.
+Narayanan et al. SC21's weak-scaling models, vocabulary 51,200), named NAME,
+instead of the configurations above (unless --only names some of those too);
+vocab defaults to 50257 and seq to 2048.
 """
 
 import argparse
@@ -268,10 +274,13 @@ def mark_external(model, location):
     return offset
 
 
-def generate(name, out_dir):
-    """Writes <name>.onnx into out_dir; returns its params.json entry."""
-    layers, hidden, heads = CONFIGS[name]
-    model = build(VOCAB, hidden, layers, heads, N_CTX, name=name)
+def generate(name, out_dir, shape=None):
+    """Writes <name>.onnx into out_dir; returns its params.json entry.
+    shape is (layers, hidden, heads, vocab, n_ctx); by default CONFIGS'
+    entry with VOCAB and N_CTX."""
+    layers, hidden, heads, vocab, n_ctx = \
+        shape or CONFIGS[name] + (VOCAB, N_CTX)
+    model = build(vocab, hidden, layers, heads, n_ctx, name=name)
     # Well typed: strict shape inference over the whole graph (it never
     # reads initializer data, so it runs before the data is marked absent).
     model = onnx.shape_inference.infer_shapes(model, check_type=True,
@@ -280,7 +289,7 @@ def generate(name, out_dir):
     data_bytes = mark_external(model, weights)
     params = sum(numel(t) for t in model.graph.initializer
                  if t.data_type == TensorProto.FLOAT and numel(t) > 1)
-    expected = gpt_params(VOCAB, hidden, layers, N_CTX)
+    expected = gpt_params(vocab, hidden, layers, n_ctx)
     if params != expected:
         raise RuntimeError("%s: the graph holds %d parameters, the "
                            "configuration %d" % (name, params, expected))
@@ -299,23 +308,54 @@ def generate(name, out_dir):
         "pytorch_params": expected,
         "onnx_weight_params": params,
         "file": name + ".onnx",
-        "inputs": [{"name": "ids", "shape": ["N", N_CTX], "dtype": "int64"}],
+        "inputs": [{"name": "ids", "shape": ["N", n_ctx], "dtype": "int64"}],
         "opset": OPSET,
         "ops": dict(sorted(ops.items())),
         "file_bytes": os.path.getsize(path),
         "config": {"layers": layers, "d_model": hidden, "heads": heads,
-                   "d_head": hidden // heads, "n_ctx": N_CTX,
-                   "vocab": VOCAB},
+                   "d_head": hidden // heads, "n_ctx": n_ctx,
+                   "vocab": vocab},
         "external_data": weights,
     }
+
+
+def parse_config(text):
+    """NAME:layers,hidden,heads[,vocab[,seq]] -> (name, shape)."""
+    name, sep, dims = text.partition(":")
+    try:
+        values = [int(v) for v in dims.split(",")]
+    except ValueError:
+        values = []
+    if not sep or not name or not 3 <= len(values) <= 5 or \
+            min(values) <= 0:
+        raise ValueError("--config %r: expected NAME:layers,hidden,heads"
+                         "[,vocab[,seq]] with positive integers" % text)
+    layers, hidden, heads = values[:3]
+    if hidden % heads:
+        raise ValueError("--config %r: hidden %d is not a multiple of "
+                         "heads %d" % (text, hidden, heads))
+    vocab = values[3] if len(values) > 3 else VOCAB
+    n_ctx = values[4] if len(values) > 4 else N_CTX
+    return name, (layers, hidden, heads, vocab, n_ctx)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--only", default="")
+    ap.add_argument("--config", action="append", default=[],
+                    metavar="NAME:layers,hidden,heads[,vocab[,seq]]",
+                    help="write a GPT of this shape (repeatable)")
     opt = ap.parse_args()
-    names = [n for n in opt.only.split(",") if n] or list(CONFIGS)
+    custom = OrderedDict()
+    for text in opt.config:
+        try:
+            name, shape = parse_config(text)
+        except ValueError as e:
+            sys.exit(str(e))
+        custom[name] = shape
+    names = [n for n in opt.only.split(",") if n] or \
+        ([] if custom else list(CONFIGS))
     for n in names:
         if n not in CONFIGS:
             sys.exit("unknown model %r (known: %s)" % (n, ", ".join(CONFIGS)))
@@ -327,6 +367,8 @@ def main():
             table = json.load(f, object_pairs_hook=OrderedDict)
     for name in names:
         table[name] = generate(name, opt.out)
+    for name, shape in custom.items():
+        table[name] = generate(name, opt.out, shape)
     with open(pjson, "w") as f:
         json.dump(table, f, indent=1)
         f.write("\n")

@@ -18,7 +18,8 @@ published one.
   --config into build/published-models/ at first use.
 * NVIDIA NeMo GPT-3 175B in bf16 on 128 to 2,048 H100 (dgx-h100-N):
   measured seconds per step (NVIDIA/dgxc-benchmarking,
-  nemo_megatron/README_175b.md, NeMo 24.11), on the zoo's gpt3_175b.onnx.
+  nemo_megatron/README_175b.md, NeMo 24.11), on GPT-3 175B with the
+  vocabulary Megatron pads to (50,688 at tp 4), written like the SC21 ones.
 
 A configuration soapc cannot express yet (exit 2 naming a key such as vp,
 sp or cp) is printed as such, and the nearest configuration it can express
@@ -104,14 +105,23 @@ NOTES = [
     "the scores in backward, which soapc's --kernels fused attention does "
     "too). The recipe also overlaps tensor-parallel communication with "
     "GEMMs (ub_tp_comm_overlap), pipeline sends (overlap_p2p_comm) and the "
-    "gradient reduce-scatter / parameter all-gather. Model: the zoo's "
-    "gpt3_175b.onnx (vocabulary 50,257; NeMo pads to 50,304).",
+    "gradient reduce-scatter / parameter all-gather. Model: GPT-3 175B "
+    "written by gpt3.py with the vocabulary Megatron-Core pads GPT-2's "
+    "50,257 to (_vocab_size_with_padding: a multiple of "
+    "make_vocab_size_divisible_by 128 x tp 4 = 512, so 50,688), which the "
+    "tensor-parallel LM head splits evenly.",
     "MFU = 6 N tokens / (time GPUs peak), N = the graph's parameters, peak "
     "= dense fp16/bf16 of lib/Machine/DeviceCatalog.cpp (A100 312, H100 "
     "989.5 TFLOP/s). TFLOP/s = SC21's Eq. 3 F / (time GPUs) with the row's "
     "own l, h, s, V (it counts a recomputation forward, which the NeMo "
     "runs do not do).",
 ]
+
+
+def padded_vocab(vocab, tp, divisible_by=128):
+    """Megatron-LM's padded vocabulary (_vocab_size_with_padding)."""
+    multiple = divisible_by * tp
+    return (vocab + multiple - 1) // multiple * multiple
 
 
 def sc21_name(billions):
@@ -139,8 +149,9 @@ def build_rows():
         rows.append({
             "id": "nemo-175b-%d" % gpus, "source": NEMO_SOURCE,
             "role": "calibration" if gpus in NEMO_CALIBRATION else "held-out",
-            "model": "gpt3_175b", "generated": False,
-            "layers": 96, "hidden": 12288, "heads": 96, "vocab": gpt3.VOCAB,
+            "model": "nemo_gpt3_175b", "generated": True,
+            "layers": 96, "hidden": 12288, "heads": 96,
+            "vocab": padded_vocab(gpt3.VOCAB, 4),
             "seq": SEQ, "gpus": gpus, "topology": "dgx-h100-%d" % (gpus // 8),
             "device": "H100-SXM", "batch": 2 * gpus,
             "published_precision": "bf16",

@@ -36,7 +36,8 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
   std::string kernels = o.kernels.value_or("fused");
   auto mode = parseKernelMode(kernels);
   if (!mode)
-    return inputError("--kernels must be eager or fused, got '{}'", kernels);
+    return inputError("--kernels must be fused, no-flash or eager, got '{}'",
+                      kernels);
   opts.kernels = *mode;
   return importOnnx(o.modelPath, opts);
 }

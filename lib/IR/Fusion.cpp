@@ -12,7 +12,15 @@
 namespace soap {
 
 llvm::StringRef kernelModeName(KernelMode m) {
-  return m == KernelMode::Fused ? "fused" : "eager";
+  switch (m) {
+  case KernelMode::Eager:
+    return "eager";
+  case KernelMode::Fused:
+    return "fused";
+  case KernelMode::NoFlash:
+    return "no-flash";
+  }
+  return "?";
 }
 
 std::optional<KernelMode> parseKernelMode(llvm::StringRef name) {
@@ -20,6 +28,8 @@ std::optional<KernelMode> parseKernelMode(llvm::StringRef name) {
     return KernelMode::Eager;
   if (name == "fused")
     return KernelMode::Fused;
+  if (name == "no-flash")
+    return KernelMode::NoFlash;
   return std::nullopt;
 }
 
@@ -62,7 +72,8 @@ class Fuser {
 public:
   explicit Fuser(const Graph &g) : g_(g), group_(g.numOps(), -1) {}
 
-  llvm::Expected<std::unique_ptr<Graph>> run(FusionStats *stats);
+  llvm::Expected<std::unique_ptr<Graph>> run(FusionStats *stats,
+                                             bool attention);
 
 private:
   const Graph &g_;
@@ -442,8 +453,10 @@ Op Fuser::elementwiseOp(const std::vector<OpId> &members, Graph &ng,
   return op;
 }
 
-llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats) {
-  matchAttention();
+llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
+                                                   bool attention) {
+  if (attention)
+    matchAttention();
   groupElementwise();
   auto ng = std::make_unique<Graph>();
   ng->name = g_.name;
@@ -514,9 +527,11 @@ llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats) {
 
 } // namespace
 
-llvm::Expected<std::unique_ptr<Graph>> fuseKernels(const Graph &g,
-                                                   FusionStats *stats) {
-  return Fuser(g).run(stats);
+llvm::Expected<std::unique_ptr<Graph>>
+fuseKernels(const Graph &g, FusionStats *stats, KernelMode mode) {
+  if (mode == KernelMode::Eager)
+    return internalError("fuseKernels asked for the eager graph");
+  return Fuser(g).run(stats, mode == KernelMode::Fused);
 }
 
 } // namespace soap

@@ -118,8 +118,8 @@ llvm::Expected<std::unique_ptr<Graph>> runImport(llvm::StringRef path,
   auto g = import::buildGraph(s);
   if (g && opts.unrollRnn)
     g = unrollLstms(**g);
-  if (g && opts.kernels == KernelMode::Fused)
-    g = fuseKernels(**g);
+  if (g && opts.kernels != KernelMode::Eager)
+    g = fuseKernels(**g, nullptr, opts.kernels);
   if (g && opts.precision != Precision::FP32)
     if (auto err = (*g)->setPrecision(opts.precision))
       return llvm::Expected<std::unique_ptr<Graph>>(std::move(err));

@@ -342,7 +342,8 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
     SOAP_PLAN_TRY(kernels, r_.string(*s, "/search", "kernels"));
     if (!parseKernelMode(kernels))
       return r_.error("/search/kernels",
-                      fmt::format("expected \"eager\" or \"fused\", got "
+                      fmt::format("expected \"fused\", \"no-flash\" or "
+                                  "\"eager\", got "
                                   "\"{}\"",
                                   kernels));
     p.inputs.kernels = kernels;

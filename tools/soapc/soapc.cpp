@@ -131,8 +131,11 @@ static cl::opt<std::string> precisionOpt(
 static cl::opt<std::string> kernelsOpt(
     "kernels",
     cl::desc("fused (FlashAttention and fused element-wise epilogues, as "
-             "Megatron-Core, NeMo and torchtitan run a transformer) or eager "
-             "(one kernel per ONNX op, as eager PyTorch runs the export)"),
+             "Megatron-Core, NeMo and torchtitan run a transformer), "
+             "no-flash (the epilogues fused, attention as batched GEMMs and a "
+             "softmax that keep the scores: Megatron-LM before "
+             "FlashAttention) or eager (one kernel per ONNX op, as eager "
+             "PyTorch runs the export)"),
     cl::init("fused"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 
 static cl::opt<std::string>

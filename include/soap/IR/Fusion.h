@@ -20,9 +20,13 @@ namespace soap {
 enum class KernelMode : uint8_t {
   Eager, ///< one kernel per ONNX op, as eager PyTorch runs the export
   Fused, ///< FlashAttention and fused element-wise epilogues
+  /// Fused element-wise epilogues, attention as batched GEMMs around a
+  /// softmax that keeps the scores: Megatron-LM before FlashAttention
+  /// (the SC21 runs), or any stack without a fused attention kernel.
+  NoFlash,
 };
 llvm::StringRef kernelModeName(KernelMode m);
-/// "eager" or "fused".
+/// "eager", "fused" or "no-flash".
 std::optional<KernelMode> parseKernelMode(llvm::StringRef name);
 
 /// What a rewrite did.
@@ -38,8 +42,9 @@ struct FusionStats {
 /// computed. Op names of the fused ops: "<scope>/FlashAttention" (the scope
 /// of the softmax it replaces) and "<last member>/Fused"; every other op and
 /// value keeps its name. `stats`, when given, says what was rewritten.
-llvm::Expected<std::unique_ptr<Graph>> fuseKernels(const Graph &g,
-                                                   FusionStats *stats = nullptr);
+llvm::Expected<std::unique_ptr<Graph>>
+fuseKernels(const Graph &g, FusionStats *stats = nullptr,
+            KernelMode mode = KernelMode::Fused);
 
 /// The element-wise kinds a FusedElementwise may contain.
 bool isFusibleElementwise(llvm::StringRef kind);

@@ -44,6 +44,8 @@ const Kernel *findPointwiseKernel(llvm::StringRef kind);
 const Kernel *findNormKernel(llvm::StringRef kind);
 const Kernel *findShapeKernel(llvm::StringRef kind);
 const Kernel *findRnnKernel(llvm::StringRef kind);
+const Kernel *findFusedKernel(llvm::StringRef kind);
+const Kernel *findAttentionKernel(llvm::StringRef kind);
 
 /// The reduced loops of output 0 as a mask, and whether `tile` starts at 0
 /// in all of them (the one tile of a partial-sum group that adds a bias).

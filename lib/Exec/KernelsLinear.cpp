@@ -361,8 +361,9 @@ const Kernel *findKernel(llvm::StringRef kind, llvm::StringRef backend) {
     if (const Kernel *k = findCudaKernel(kind))
       return k;
 #endif
-  for (auto *f : {findLinearKernel, findPointwiseKernel, findNormKernel,
-                  findShapeKernel, findRnnKernel})
+  for (auto *f :
+       {findLinearKernel, findPointwiseKernel, findNormKernel, findShapeKernel,
+        findRnnKernel, findFusedKernel, findAttentionKernel})
     if (const Kernel *k = f(kind))
       return k;
   return nullptr;

@@ -1,7 +1,7 @@
 // Element-wise ops with numpy broadcasting, and Dropout with a mask drawn
 // from the seed and the global element index. The loop space is the output;
 // an input broadcast along a loop accumulates its gradient over it.
-#include "ElementwiseFn.h"
+#include "ElementwiseMath.h"
 #include "Kernels.h"
 
 #include "soap/Support/Error.h"
@@ -24,11 +24,7 @@ size_t numData(const Op &op) {
   return op.kind == "Expand" ? 1 : op.inputs.size();
 }
 
-struct Params {
-  Fn fn;
-  float alpha = 0.01f, beta = 0; ///< ElemScalars
-  bool toInt = false, toBool = false;
-};
+using Params = ElemParams;
 
 Params params(const Graph &g, const Op &op) {
   Params p;
@@ -46,143 +42,10 @@ Params params(const Graph &g, const Op &op) {
   return p;
 }
 
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kTwoOverSqrtPi = 1.12837916709551257f;
+float apply(const Params &p, const float *x) { return elemApply(p, x); }
 
-float apply(const Params &p, const float *x) {
-  switch (p.fn) {
-  case Fn::Add:
-    return x[0] + x[1];
-  case Fn::Sub:
-    return x[0] - x[1];
-  case Fn::Mul:
-    return x[0] * x[1];
-  case Fn::Div:
-    return x[0] / x[1];
-  case Fn::Pow:
-    return std::pow(x[0], x[1]);
-  case Fn::Max:
-    return std::max(x[0], x[1]);
-  case Fn::Min:
-    return std::min(x[0], x[1]);
-  case Fn::Where:
-    return x[0] != 0 ? x[1] : x[2];
-  case Fn::Equal:
-    return x[0] == x[1];
-  case Fn::Less:
-    return x[0] < x[1];
-  case Fn::Greater:
-    return x[0] > x[1];
-  case Fn::Relu:
-    return x[0] > 0 ? x[0] : 0.0f;
-  case Fn::LeakyRelu:
-    return x[0] > 0 ? x[0] : p.alpha * x[0];
-  case Fn::Gelu:
-    return 0.5f * x[0] * (1 + std::erf(x[0] * kInvSqrt2));
-  case Fn::Sigmoid:
-    return 1 / (1 + std::exp(-x[0]));
-  case Fn::Tanh:
-    return std::tanh(x[0]);
-  case Fn::Erf:
-    return std::erf(x[0]);
-  case Fn::Exp:
-    return std::exp(x[0]);
-  case Fn::Log:
-    return std::log(x[0]);
-  case Fn::Sqrt:
-    return std::sqrt(x[0]);
-  case Fn::Reciprocal:
-    return 1 / x[0];
-  case Fn::Neg:
-    return -x[0];
-  case Fn::Abs:
-    return std::fabs(x[0]);
-  case Fn::Not:
-    return x[0] == 0;
-  case Fn::Cast:
-    return p.toBool ? (x[0] != 0) : p.toInt ? std::trunc(x[0]) : x[0];
-  case Fn::Identity:
-  case Fn::Expand:
-    return x[0];
-  case Fn::Clip:
-    return x[0] < p.alpha ? p.alpha : x[0] > p.beta ? p.beta : x[0];
-  case Fn::HardSigmoid: {
-    float t = p.alpha * x[0] + p.beta;
-    return t <= 0 ? 0.0f : t >= 1 ? 1.0f : t;
-  }
-  case Fn::HardSwish:
-    return x[0] <= -3 ? 0.0f : x[0] >= 3 ? x[0] : x[0] * (x[0] + 3) / 6;
-  }
-  return 0;
-}
-
-/// d y / d x[i] at the point (y is the forward output there).
 float partial(const Params &p, const float *x, float y, size_t i) {
-  switch (p.fn) {
-  case Fn::Add:
-    return 1;
-  case Fn::Sub:
-    return i == 0 ? 1.0f : -1.0f;
-  case Fn::Mul:
-    return x[1 - i];
-  case Fn::Div:
-    return i == 0 ? 1 / x[1] : -x[0] / (x[1] * x[1]);
-  case Fn::Pow:
-    return i == 0 ? x[1] * std::pow(x[0], x[1] - 1) : y * std::log(x[0]);
-  case Fn::Max:
-    return (i == 0) == (x[0] >= x[1]) ? 1.0f : 0.0f;
-  case Fn::Min:
-    return (i == 0) == (x[0] <= x[1]) ? 1.0f : 0.0f;
-  case Fn::Where:
-    return i == 0 ? 0.0f : (i == 1) == (x[0] != 0) ? 1.0f : 0.0f;
-  case Fn::Equal:
-  case Fn::Less:
-  case Fn::Greater:
-  case Fn::Not:
-    return 0;
-  case Fn::Relu:
-    return x[0] > 0 ? 1.0f : 0.0f;
-  case Fn::LeakyRelu:
-    return x[0] > 0 ? 1.0f : p.alpha;
-  case Fn::Gelu:
-    return 0.5f * (1 + std::erf(x[0] * kInvSqrt2)) +
-           x[0] * kInvSqrt2Pi * std::exp(-0.5f * x[0] * x[0]);
-  case Fn::Sigmoid:
-    return y * (1 - y);
-  case Fn::Tanh:
-    return 1 - y * y;
-  case Fn::Erf:
-    return kTwoOverSqrtPi * std::exp(-x[0] * x[0]);
-  case Fn::Exp:
-    return y;
-  case Fn::Log:
-    return 1 / x[0];
-  case Fn::Sqrt:
-    return 0.5f / y;
-  case Fn::Reciprocal:
-    return -y * y;
-  case Fn::Neg:
-    return -1;
-  case Fn::Abs:
-    return x[0] > 0 ? 1.0f : x[0] < 0 ? -1.0f : 0.0f;
-  case Fn::Cast:
-    return p.toInt || p.toBool ? 0.0f : 1.0f;
-  case Fn::Identity:
-  case Fn::Expand:
-    return 1;
-  // At the kinks, PyTorch's choices: Clip and HardSigmoid pass no gradient
-  // at their bounds, HardSwish's slope is (2x + 3) / 6 on [-3, 3].
-  case Fn::Clip:
-    return x[0] > p.alpha && x[0] < p.beta ? 1.0f : 0.0f;
-  case Fn::HardSigmoid: {
-    float t = p.alpha * x[0] + p.beta;
-    return t > 0 && t < 1 ? p.alpha : 0.0f;
-  }
-  case Fn::HardSwish:
-    return x[0] < -3 ? 0.0f : x[0] <= 3 ? (2 * x[0] + 3) / 6 : 1.0f;
-  }
-  return 0;
+  return elemPartial(p, x, y, i);
 }
 
 llvm::Error checkElementwise(const Graph &g, const Op &op) {
@@ -386,8 +249,7 @@ void dropoutBackward(KernelCtx &ctx) {
   }
 }
 
-const Kernel kElementwise = {checkElementwise, eltForward, eltBackward,
-                             true};
+const Kernel kElementwise = {checkElementwise, eltForward, eltBackward, true};
 const Kernel kDropout = {checkDropout, dropoutForward, dropoutBackward};
 
 } // namespace

@@ -1,0 +1,270 @@
+// The fused kernels of `--kernels fused` (IR/Fusion.h). FusedElementwise: a
+// chain of element-wise ops evaluated point by point with the element-wise
+// kernel's functions (ElementwiseMath.h), its dropout masks drawn as the
+// eager Dropout draws them; backward runs the chain again from its inputs
+// and back-propagates through the members.
+#include "ElementwiseMath.h"
+#include "Kernels.h"
+
+#include "soap/IR/Fusion.h"
+#include "soap/Support/Error.h"
+#include "soap/Support/Rng.h"
+#include <limits>
+
+namespace soap {
+namespace exec {
+
+namespace {
+
+constexpr int64_t kAbsent = std::numeric_limits<int64_t>::min();
+constexpr size_t kMaxOperands = 3;
+
+/// One member of the chain.
+struct Member {
+  ElemParams fn;
+  bool isDropout = false;
+  bool drops = false; ///< a Dropout in training with ratio > 0
+  float ratio = 0, scale = 1;
+  uint64_t stream = 0; ///< the eager Dropout's mask stream
+  std::vector<int64_t> in;
+  /// Its byte in each point's slice of Task::mask, or -1: a dropping
+  /// Dropout's keep bit; a Relu's or LeakyRelu's sign of its input when
+  /// backward has no values.
+  int slot = -1;
+};
+
+struct Chain {
+  std::vector<Member> members;
+  /// Whether some member's partials read values (the semantics then save
+  /// the activation inputs, and backward evaluates the chain again); else
+  /// every partial is a constant or reads a mask.
+  bool needsValues = false;
+  int slots = 0;
+  bool drops = false;
+};
+
+std::string memberKey(int64_t j, llvm::StringRef key) {
+  return "m" + std::to_string(j) + "." + key.str();
+}
+
+/// Kinds whose partial derivatives read no values (the semantics' '-' and
+/// 'm' element-wise kinds): a chain of only these saves no inputs.
+bool valueFree(llvm::StringRef kind) {
+  return kind == "Add" || kind == "Sub" || kind == "Neg" || kind == "Relu" ||
+         kind == "LeakyRelu" || kind == "Dropout";
+}
+
+llvm::Error checkFusedElementwise(const Graph &, const Op &op) {
+  int64_t n = op.getInt("members", 0);
+  if (n < 1)
+    return inputError("FusedElementwise has no members");
+  for (int64_t j = 0; j < n; ++j) {
+    std::string kind = op.getString(memberKey(j, "kind"), "");
+    if (!isFusibleElementwise(kind))
+      return inputError("member {} of kind '{}' is not a fusible "
+                        "element-wise op",
+                        j, kind);
+    if (kind == "Gelu" &&
+        op.getString(memberKey(j, "approximate"), "none") != "none")
+      return inputError("member {}: Gelu approximate='{}' is not supported", j,
+                        op.getString(memberKey(j, "approximate"), "none"));
+    if (kind == "Dropout") {
+      double r = op.getFloat(memberKey(j, "ratio"), 0.5);
+      if (r < 0 || r >= 1)
+        return inputError("member {}: Dropout ratio {} is outside [0, 1)", j,
+                          r);
+    }
+    std::vector<int64_t> in = op.getInts(memberKey(j, "in"));
+    if (in.empty() || in.size() > kMaxOperands)
+      return inputError("member {} ({}) has {} operands", j, kind, in.size());
+    for (int64_t r : in)
+      if (r != kAbsent &&
+          (r >= int64_t(op.inputs.size()) || (r < 0 && -r - 1 >= j)))
+        return inputError("member {} reads operand {}, which is neither an "
+                          "input nor an earlier member",
+                          j, r);
+  }
+  return llvm::Error::success();
+}
+
+Chain chainOf(const Op &op, int64_t step) {
+  Chain c;
+  int64_t n = op.getInt("members", 0);
+  for (int64_t j = 0; j < n; ++j)
+    c.needsValues |= !valueFree(op.getString(memberKey(j, "kind"), ""));
+  for (int64_t j = 0; j < n; ++j) {
+    Member m;
+    std::string kind = op.getString(memberKey(j, "kind"), "");
+    m.in = op.getInts(memberKey(j, "in"));
+    if (kind == "Dropout") {
+      // As the eager kernel (KernelsPointwise.cpp, dropoutWalk) draws it.
+      m.isDropout = true;
+      m.ratio = float(op.getFloat(memberKey(j, "ratio"), 0.5));
+      m.drops = op.getInt(memberKey(j, "training_mode"), 0) != 0 && m.ratio > 0;
+      m.scale = m.drops ? 1 / (1 - m.ratio) : 1.0f;
+      m.stream = fnv1a(op.getString(memberKey(j, "name"), "")) ^
+                 (uint64_t(step) * 0x9E3779B97F4A7C15ull);
+      if (m.drops)
+        m.slot = c.slots++;
+      c.drops |= m.drops;
+    } else {
+      m.fn.fn = elemFnOf(kind).value_or(ElemFn::Identity);
+      ElemScalars sc = elemScalars(m.fn.fn, [&](const char *key, double d) {
+        return op.getFloat(memberKey(j, key), d);
+      });
+      m.fn.alpha = sc.a;
+      m.fn.beta = sc.b;
+      if (!c.needsValues &&
+          (m.fn.fn == ElemFn::Relu || m.fn.fn == ElemFn::LeakyRelu))
+        m.slot = c.slots++;
+    }
+    c.members.push_back(std::move(m));
+  }
+  return c;
+}
+
+/// The point iterator's operands: the output, every input, and (when a
+/// member drops) the output over the whole tensor, whose offset is the
+/// global index the masks are drawn at.
+std::vector<Operand> operands(const Graph &g, const Op &op, const Box &out,
+                              const std::vector<Buf> &in, bool global) {
+  std::vector<Operand> ops{{&op.sem.outputs[0], out}};
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    ops.push_back({&op.sem.inputs[i], in[i].box});
+  if (global)
+    ops.push_back(
+        {&op.sem.outputs[0], Box::full(g.value(op.outputs[0]).shape.dims)});
+  return ops;
+}
+
+/// Evaluates the chain at one point into `vals` (per member), drawing the
+/// dropout masks (`mask` the point's slice, written) or reading them back
+/// (`draw` false).
+void evaluate(const Chain &c, const Task &t, const int64_t *o, uint64_t seed,
+              size_t globalOp, bool draw, uint8_t *mask, float *vals) {
+  for (size_t j = 0; j < c.members.size(); ++j) {
+    const Member &m = c.members[j];
+    float x[kMaxOperands] = {0, 0, 0};
+    for (size_t k = 0; k < m.in.size(); ++k) {
+      int64_t r = m.in[k];
+      x[k] = r == kAbsent ? 0.0f
+             : r < 0      ? vals[-r - 1]
+                          : t.in[size_t(r)].data[size_t(o[1 + r])];
+    }
+    if (m.isDropout) {
+      bool keep = true;
+      if (m.drops) {
+        if (draw) {
+          keep = hashUniform(seed, m.stream, uint64_t(o[globalOp])) >= m.ratio;
+          mask[m.slot] = keep;
+        } else {
+          keep = mask[m.slot] != 0;
+        }
+      }
+      vals[j] = keep ? x[0] * m.scale : 0.0f;
+      continue;
+    }
+    vals[j] = elemApply(m.fn, x);
+    if (draw && m.slot >= 0)
+      mask[m.slot] = x[0] > 0;
+  }
+}
+
+void fusedForward(KernelCtx &ctx) {
+  const Op &op = ctx.op;
+  Chain c = chainOf(op, ctx.step);
+  size_t n = c.members.size(), slots = size_t(c.slots);
+  size_t globalOp = 1 + op.inputs.size();
+  std::vector<float> vals(n);
+  for (Task &t : ctx.tasks) {
+    PointIter it(op.sem, operands(ctx.graph, op, t.out[0].box, t.in, c.drops));
+    t.mask.assign(t.out[0].data.size() * slots, 0);
+    float *y = t.out[0].data.data();
+    it.run(t.loops, [&](const int64_t *o) {
+      evaluate(c, t, o, ctx.seed, globalOp, true,
+               slots ? t.mask.data() + size_t(o[0]) * slots : nullptr,
+               vals.data());
+      y[o[0]] = vals[n - 1];
+    });
+  }
+}
+
+/// A constant input whose buffer the executor freed after forward (the
+/// semantics save activations only), filled again as the executor fills it.
+void refillConstant(const Value &v, Buf &b) {
+  if (v.kind != ValueKind::Constant || !b.data.empty() || b.box.empty())
+    return;
+  b.reset(b.box);
+  forEachIndex(b.box, v.shape.dims, [&](int64_t flat, int64_t off) {
+    b.data[size_t(off)] =
+        float(v.data.size() == 1 ? v.data[0] : v.data[size_t(flat)]);
+  });
+}
+
+void fusedBackward(KernelCtx &ctx) {
+  const Op &op = ctx.op;
+  Chain c = chainOf(op, ctx.step);
+  size_t n = c.members.size(), slots = size_t(c.slots);
+  std::vector<float> vals(n, 0.0f), adj(n);
+  for (Task &t : ctx.tasks) {
+    if (c.needsValues)
+      for (size_t i = 0; i < op.inputs.size(); ++i)
+        refillConstant(ctx.graph.value(op.inputs[i]), t.in[i]);
+    std::vector<uint8_t> want(op.inputs.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      want[i] = i < t.gin.size() && !t.gin[i].data.empty();
+    // The output gradient's box is the output's: offsets index the masks.
+    PointIter it(op.sem, operands(ctx.graph, op, t.gout[0].box, t.in, false));
+    const float *dy = t.gout[0].data.data();
+    it.run(t.loops, [&](const int64_t *o) {
+      uint8_t *mask = slots ? t.mask.data() + size_t(o[0]) * slots : nullptr;
+      if (c.needsValues)
+        evaluate(c, t, o, 0, 0, false, mask, vals.data());
+      std::fill(adj.begin(), adj.end(), 0.0f);
+      adj[n - 1] = dy[o[0]];
+      for (size_t j = n; j-- > 0;) {
+        const Member &m = c.members[j];
+        float x[kMaxOperands] = {0, 0, 0};
+        if (c.needsValues) {
+          for (size_t k = 0; k < m.in.size(); ++k) {
+            int64_t r = m.in[k];
+            x[k] = r == kAbsent ? 0.0f
+                   : r < 0      ? vals[-r - 1]
+                                : t.in[size_t(r)].data[size_t(o[1 + r])];
+          }
+        } else if (m.slot >= 0 && !m.isDropout) {
+          x[0] = mask[m.slot] ? 1.0f : -1.0f; // a Relu's input's sign
+        }
+        for (size_t k = 0; k < m.in.size(); ++k) {
+          int64_t r = m.in[k];
+          if (r == kAbsent || (r >= 0 && !want[size_t(r)]))
+            continue;
+          float d;
+          if (m.isDropout)
+            d = !m.drops || mask[m.slot] ? m.scale : 0.0f;
+          else
+            d = elemPartial(m.fn, x, vals[j], k);
+          d *= adj[j];
+          if (r < 0)
+            adj[size_t(-r - 1)] += d;
+          else
+            t.gin[size_t(r)].data[size_t(o[1 + r])] += d;
+        }
+      }
+    });
+  }
+}
+
+const Kernel kFusedElementwise = {checkFusedElementwise, fusedForward,
+                                  fusedBackward, true};
+
+} // namespace
+
+const Kernel *findFusedKernel(llvm::StringRef kind) {
+  if (kind == "FusedElementwise")
+    return &kFusedElementwise;
+  return nullptr;
+}
+
+} // namespace exec
+} // namespace soap

@@ -154,7 +154,7 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
                       members);
   double fwd = 0, bwd = 0;
   bool needsValues = false;
-  int masks = 0;
+  int masks = 0, signs = 0;
   for (int64_t j = 0; j < members; ++j) {
     std::string pre = "m" + std::to_string(j) + ".";
     std::string kind = op.getString(pre + "kind", "");
@@ -167,6 +167,8 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
     if (kind == "Dropout")
       masks += op.getInt(pre + "training_mode", 0) != 0 &&
                op.getFloat(pre + "ratio", 0.5) > 0;
+    else if (saves == 'm')
+      ++signs; // a Relu's sign, a byte per point, as the eager op keeps
     else if (saves == 'i' || saves == 'o')
       needsValues = true;
   }
@@ -180,11 +182,15 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
       break;
     }
   // Backward runs the chain again from its inputs (what a fused epilogue
-  // such as Megatron's bias-GELU keeps), and reads each dropout's mask.
+  // such as Megatron's bias-GELU keeps), and reads each dropout's mask and
+  // each Relu's sign (a byte per point each).
   if (needsValues)
     for (size_t i = 0; i < b.numIn(); ++i)
       if (b.in(i) && b.in(i)->isActivationLike())
         b.saveInput(int(i));
+  // The signs come from the values when those are kept.
+  if (!needsValues)
+    masks += signs;
   if (masks > 0)
     b.sem.savedExtraBytes.push_back({double(masks), b.allLoops()});
   return b.finish();

@@ -45,6 +45,7 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
   io.appendLoss = plan->inputs.appendLoss;
   io.unrollRnn = plan->inputs.unrollRnn;
   io.precision = parsePrecision(plan->inputs.precision).value_or(Precision::FP32);
+  io.kernels = parseKernelMode(plan->inputs.kernels).value_or(KernelMode::Eager);
   auto g = importOnnx(rp.model, io);
   if (!g)
     return g.takeError();

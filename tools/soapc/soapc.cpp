@@ -130,13 +130,14 @@ static cl::opt<std::string> precisionOpt(
     cl::init("fp32"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 static cl::opt<std::string> kernelsOpt(
     "kernels",
-    cl::desc("fused (FlashAttention and fused element-wise epilogues, as "
+    cl::desc("fused (the default but for dump and cost: FlashAttention "
+             "and fused element-wise epilogues, as "
              "Megatron-Core, NeMo and torchtitan run a transformer), "
              "no-flash (the epilogues fused, attention as batched GEMMs and a "
              "softmax that keep the scores: Megatron-LM before "
              "FlashAttention) or eager (one kernel per ONNX op, as eager "
              "PyTorch runs the export)"),
-    cl::init("fused"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
+    cl::init("fused"), SOAP_MODEL_CMDS, cl::sub(diffCmd), cl::cat(soapCat));
 
 static cl::opt<std::string>
     strategyOpt("strategy",
@@ -338,6 +339,8 @@ static DriverOptions driverOptions() {
     o.precision = std::string(precisionOpt);
   if (kernelsOpt.getNumOccurrences())
     o.kernels = std::string(kernelsOpt);
+  else if (dumpCmd || costCmd)
+    o.kernels = "eager"; // the model as imported, as soap-profile lists it
   o.format = format;
   o.strategy = strategyOpt;
   o.tracePath = traceOpt;

@@ -295,7 +295,7 @@ TEST_CASE("calibrated collectives across nodes: one ring per NIC rail",
       "pcie": {"bandwidth_gbps": 504, "latency_us": 0.5}},
     "inter": {"nics_per_node": 4, "bandwidth_gbps": 400, "latency_us": 1}})");
   auto plain = parseTopology(doc, "t.json");
-  REQUIRE(plain);
+  REQUIRE(static_cast<bool>(plain));
   CollectiveModel pm(*plain);
   CHECK(*pm.algorithmTime(CollectiveAlgorithm::Ring, Collective::AllReduce, g,
                           kOneGiB) ==

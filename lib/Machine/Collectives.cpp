@@ -15,11 +15,30 @@
 // (reduce-scatter in each node, all-reduce among same-position peers across
 // nodes on S/m, all-gather in each node) is Horovod's hierarchical
 // all-reduce; all-gather and reduce-scatter have the matching two-phase forms.
+//
+// With an NCCL calibration (Topology::nccl, the topology file's `nccl`):
+//  - a link of class c carries efficiency(c) x its bandwidth (NCCL's protocol
+//    overhead) and a step costs the calibration's step latencies;
+//  - k steps moving D bytes at B take launch + (sqrt(D/B) + sqrt(k alpha))^2,
+//    alpha the mean step latency: the time of a pipeline of k stages whose
+//    segment size is chosen for the message (Thakur et al. 2005, section
+//    4.3, pipelined broadcast; NCCL pipelines every collective in chunks
+//    and picks protocol and channel count by size, which is what makes its
+//    bus bandwidth rise over decades of sizes -- the S-curve -- rather than
+//    saturate at a few times alpha x B as plain alpha-beta does);
+//  - a ring across nodes is NCCL's set of rings, one per device of a node,
+//    each leaving every node from a different device and so through its own
+//    NIC rail, each carrying 1/m of the buffer;
+//  - on an NVSwitch with NVLink SHARP an all-reduce inside a node may be
+//    reduced in the switch (NCCL's NVLS): each GPU sends S and receives S/n
+//    for the reduce-scatter, sends S/n and receives S for the all-gather
+//    (S. Jeaugey, NVIDIA/nccl#1083), so (1 + 1/n) S per direction in 2 steps.
 #include "soap/Machine/Collectives.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -41,6 +60,8 @@ llvm::StringRef algorithmName(CollectiveAlgorithm a) {
     return "hierarchical";
   case CollectiveAlgorithm::Measured:
     return "measured";
+  case CollectiveAlgorithm::Switch:
+    return "nvls";
   }
   return "?";
 }
@@ -99,6 +120,27 @@ CollectiveModel::CollectiveModel(const Topology &topo,
 CollectiveModel::CollectiveModel(CollectiveModel &&) = default;
 CollectiveModel::~CollectiveModel() = default;
 
+Seconds CollectiveModel::hopLatency(DeviceId a, DeviceId b) const {
+  const NcclCalibration &c = topo_.nccl();
+  if (!c.enabled)
+    return topo_.pathLatency(a, b);
+  Seconds total = 0;
+  for (LinkId l : topo_.route(a, b)) {
+    const Link &link = topo_.link(l);
+    total += c.stepLatency[size_t(link.cls)].value_or(link.latency);
+  }
+  return total;
+}
+
+Seconds CollectiveModel::stepsTime(double steps, Seconds alpha, double data,
+                                   double bw) const {
+  const NcclCalibration &c = topo_.nccl();
+  if (!c.enabled)
+    return steps * alpha + data / bw;
+  double a = std::sqrt(data / bw), b = std::sqrt(steps * alpha);
+  return c.launch + (a + b) * (a + b);
+}
+
 AlphaBeta CollectiveModel::edgeParameters(
     const std::vector<std::pair<DeviceId, DeviceId>> &edges) const {
   // Lookups only: the map's order never reaches an output.
@@ -106,13 +148,17 @@ AlphaBeta CollectiveModel::edgeParameters(
   for (const auto &[a, b] : edges)
     for (LinkId l : topo_.route(a, b))
       ++load[l];
+  const NcclCalibration &c = topo_.nccl();
   AlphaBeta p{0, std::numeric_limits<double>::infinity()};
   for (const auto &[a, b] : edges) {
-    p.alpha = std::max(p.alpha, topo_.pathLatency(a, b));
-    for (LinkId l : topo_.route(a, b))
-      p.bandwidthBytesPerSec =
-          std::min(p.bandwidthBytesPerSec,
-                   topo_.link(l).bandwidthBytesPerSec / double(load[l]));
+    p.alpha = std::max(p.alpha, hopLatency(a, b));
+    for (LinkId l : topo_.route(a, b)) {
+      const Link &link = topo_.link(l);
+      p.bandwidthBytesPerSec = std::min(
+          p.bandwidthBytesPerSec, link.bandwidthBytesPerSec *
+                                      c.efficiency[size_t(link.cls)] /
+                                      double(load[l]));
+    }
   }
   return p;
 }
@@ -120,11 +166,19 @@ AlphaBeta CollectiveModel::edgeParameters(
 AlphaBeta CollectiveModel::ringParameters(
     const std::vector<std::vector<DeviceId>> &orderedRings) const {
   std::vector<std::pair<DeviceId, DeviceId>> edges;
+  Seconds meanAlpha = 0;
   for (const auto &ring : orderedRings)
-    if (ring.size() > 1)
-      for (size_t i = 0; i < ring.size(); ++i)
+    if (ring.size() > 1) {
+      Seconds sum = 0;
+      for (size_t i = 0; i < ring.size(); ++i) {
         edges.push_back({ring[i], ring[(i + 1) % ring.size()]});
-  return edgeParameters(edges);
+        sum += hopLatency(edges.back().first, edges.back().second);
+      }
+      meanAlpha = std::max(meanAlpha, sum / double(ring.size()));
+    }
+  AlphaBeta p = edgeParameters(edges);
+  p.meanAlpha = meanAlpha;
+  return p;
 }
 
 /// Each node's ring: in (switch, local rank) order when every pair in the
@@ -209,15 +263,18 @@ CollectiveModel::flat(CollectiveAlgorithm algo, Collective kind,
         for (size_t i = 0; i + 1 < n; ++i)
           edges.push_back({g[i], g[i + 1]});
       AlphaBeta p = edgeParameters(edges);
-      return steps * p.alpha + size / p.bandwidthBytesPerSec;
+      return stepsTime(steps, p.alpha, size, p.bandwidthBytesPerSec);
     }
     AlphaBeta p = ringParameters(groups);
+    // Calibrated: a pipeline pays the mean step, not the slowest, per step.
+    Seconds alpha = topo_.nccl().enabled ? p.meanAlpha : p.alpha;
     switch (kind) {
     case Collective::AllReduce:
-      return 2 * steps * p.alpha + 2 * frac * size / p.bandwidthBytesPerSec;
+      return stepsTime(2 * steps, alpha, 2 * frac * size,
+                       p.bandwidthBytesPerSec);
     case Collective::AllGather:
     case Collective::ReduceScatter:
-      return steps * p.alpha + frac * size / p.bandwidthBytesPerSec;
+      return stepsTime(steps, alpha, frac * size, p.bandwidthBytesPerSec);
     default:
       return std::nullopt;
     }
@@ -232,12 +289,13 @@ CollectiveModel::flat(CollectiveAlgorithm algo, Collective kind,
       for (size_t i = 1; i < n; ++i)
         edges.push_back({g[i], g[(i - 1) / 2]});
     AlphaBeta p = edgeParameters(edges);
-    return 2 * ceilLog2(n) * p.alpha + 2 * size / p.bandwidthBytesPerSec;
+    return stepsTime(2 * ceilLog2(n), p.alpha, 2 * size,
+                     p.bandwidthBytesPerSec);
   }
   if (kind == Collective::Broadcast) {
     // Binomial tree: in round k, the first 2^k holders send to the devices
     // 2^k further on; rounds run one after another.
-    Seconds total = 0;
+    Seconds total = topo_.nccl().launch; // 0 when not calibrated
     for (size_t stride = 1; stride < n; stride *= 2) {
       std::vector<std::pair<DeviceId, DeviceId>> edges;
       for (const auto &g : groups)
@@ -249,6 +307,44 @@ CollectiveModel::flat(CollectiveAlgorithm algo, Collective kind,
     return total;
   }
   return std::nullopt;
+}
+
+std::vector<std::vector<DeviceId>>
+CollectiveModel::railRings(const std::vector<DeviceId> &group) const {
+  GroupShape shape = groupShape(topo_, group);
+  size_t m = shape.devicesPerNode;
+  // Node-major ring order: node k's devices are order[k*m .. k*m+m).
+  std::vector<DeviceId> order = ringOrder(group);
+  std::vector<std::vector<DeviceId>> rings(m);
+  for (size_t c = 0; c < m; ++c)
+    for (size_t k = 0; k < shape.nodes; ++k)
+      for (size_t i = 0; i < m; ++i)
+        rings[c].push_back(order[k * m + (i + c) % m]);
+  return rings;
+}
+
+std::optional<Seconds>
+CollectiveModel::nvls(Collective kind, const std::vector<DeviceId> &group,
+                      double size) const {
+  const NcclCalibration &c = topo_.nccl();
+  if (kind != Collective::AllReduce || c.nvlsEfficiency <= 0 ||
+      groupShape(topo_, group).nodes != 1)
+    return std::nullopt;
+  // Every member's link into the switch: the first link of its route to
+  // another member (NVSwitch nodes route GPU pairs through the switch).
+  double bw = std::numeric_limits<double>::infinity();
+  Seconds alpha = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    DeviceId a = group[i], b = group[(i + 1) % group.size()];
+    const Link &up = topo_.link(topo_.route(a, b).front());
+    if (up.cls != LinkClass::NVSwitch)
+      return std::nullopt;
+    bw = std::min(bw, up.bandwidthBytesPerSec * c.nvlsEfficiency);
+    alpha = std::max(alpha, hopLatency(a, b));
+  }
+  alpha = c.nvlsStepLatency.value_or(alpha);
+  double n = double(group.size());
+  return stepsTime(2, alpha, (1 + 1 / n) * size, bw);
 }
 
 std::optional<Seconds> CollectiveModel::hierarchical(
@@ -320,13 +416,26 @@ CollectiveModel::algorithmTime(CollectiveAlgorithm algo, Collective kind,
     assert(group.size() == 2 && "send/recv takes a (source, destination) pair");
     if (algo != CollectiveAlgorithm::PointToPoint)
       return std::nullopt;
+    if (topo_.nccl().enabled) {
+      AlphaBeta p = edgeParameters({{group[0], group[1]}});
+      return stepsTime(1, p.alpha, double(size), p.bandwidthBytesPerSec);
+    }
     return topo_.pathLatency(group[0], group[1]) +
            double(size) / topo_.pathBandwidth(group[0], group[1]);
   }
   if (algo == CollectiveAlgorithm::Hierarchical)
     return hierarchical(kind, group, double(size));
+  if (algo == CollectiveAlgorithm::Switch)
+    return nvls(kind, group, double(size));
   if (algo != CollectiveAlgorithm::Ring && algo != CollectiveAlgorithm::Tree)
     return std::nullopt;
+  if (algo == CollectiveAlgorithm::Ring && topo_.nccl().enabled &&
+      kind != Collective::Broadcast) {
+    GroupShape shape = groupShape(topo_, group);
+    if (shape.nodes >= 2 && shape.devicesPerNode >= 2)
+      return flat(algo, kind, railRings(group),
+                  double(size) / double(shape.devicesPerNode));
+  }
   std::vector<DeviceId> order = ringOrder(group);
   if (kind == Collective::Broadcast) // the root goes first
     std::rotate(order.begin(), std::find(order.begin(), order.end(), group[0]),
@@ -364,7 +473,8 @@ CollectiveEstimate CollectiveModel::compute(Collective kind,
   // Candidates in a fixed order; a later one must be strictly faster.
   for (CollectiveAlgorithm a :
        {CollectiveAlgorithm::PointToPoint, CollectiveAlgorithm::Ring,
-        CollectiveAlgorithm::Tree, CollectiveAlgorithm::Hierarchical}) {
+        CollectiveAlgorithm::Tree, CollectiveAlgorithm::Hierarchical,
+        CollectiveAlgorithm::Switch}) {
     auto t = algorithmTime(a, kind, group, size);
     if (t && *t < best.time)
       best = {*t, a};

@@ -56,6 +56,7 @@ struct Spec {
   LinkSpec nic;
   int64_t nodesPerRack = 0; ///< 0: one rack
   LinkSpec rackUplink;
+  NcclCalibration nccl;
 };
 
 class Loader {
@@ -76,6 +77,7 @@ private:
   llvm::Error parsePcieTree(const Json &intra, llvm::StringRef ptr,
                             Spec &s) const;
   llvm::Error parseNicPlacement(const Json &doc, Spec &s) const;
+  llvm::Error parseNccl(const Json &doc, Spec &s) const;
   llvm::Expected<Topology> build(const Spec &s) const;
 
   JsonReader r_;
@@ -387,6 +389,64 @@ llvm::Error Loader::parseNicPlacement(const Json &doc, Spec &s) const {
   return llvm::Error::success();
 }
 
+llvm::Error Loader::parseNccl(const Json &doc, Spec &s) const {
+  const std::string ptr = "/nccl";
+  SOAP_TRY(nccl, r_.object(doc, "", "nccl"));
+  NcclCalibration &c = s.nccl;
+  c.enabled = true;
+  if (nccl->contains("launch_us")) {
+    SOAP_TRY(us, r_.inRange(*nccl, ptr, "launch_us", 0, 1e6,
+                            "microseconds (a collective's fixed cost)"));
+    c.launch = usToSeconds(us);
+  }
+  if (nccl->contains("nvls_efficiency")) {
+    if (s.intra != IntraKind::NVSwitch)
+      return r_.error(jsonPointer(ptr, "nvls_efficiency"),
+                      "NVLink SHARP needs an NVSwitch node (node.intra.kind "
+                      "\"nvswitch\")");
+    SOAP_TRY(e, r_.inRange(*nccl, ptr, "nvls_efficiency", 0.01, 1,
+                           "(a fraction of the NVSwitch link bandwidth)"));
+    c.nvlsEfficiency = e;
+  }
+  if (nccl->contains("nvls_step_latency_us")) {
+    if (c.nvlsEfficiency <= 0)
+      return r_.error(jsonPointer(ptr, "nvls_step_latency_us"),
+                      "needs nvls_efficiency (NVLink SHARP) beside it");
+    SOAP_TRY(us, r_.inRange(*nccl, ptr, "nvls_step_latency_us", 0, 1e6,
+                            "microseconds (an NVLS step's latency)"));
+    c.nvlsStepLatency = usToSeconds(us);
+  }
+  if (nccl->contains("links")) {
+    SOAP_TRY(links, r_.object(*nccl, ptr, "links"));
+    std::string lptr = jsonPointer(ptr, "links");
+    for (auto it = links->begin(); it != links->end(); ++it) {
+      std::string p = jsonPointer(lptr, it.key());
+      auto cls = parseLinkClass(it.key());
+      if (!cls)
+        return r_.error(p, "unknown link class; known: nvlink, nvswitch, "
+                           "pcie, socket, network, uplink");
+      if (!it.value().is_object())
+        return r_.error(p, "expected an object");
+      const Json &l = it.value();
+      if (l.contains("efficiency")) {
+        SOAP_TRY(e, r_.inRange(l, p, "efficiency", 0.01, 1,
+                               "(a fraction of the link's bandwidth)"));
+        c.efficiency[size_t(*cls)] = e;
+      }
+      if (l.contains("step_latency_us")) {
+        SOAP_TRY(us, r_.inRange(l, p, "step_latency_us", 0, 1e6,
+                                "microseconds (a pipeline step's latency)"));
+        c.stepLatency[size_t(*cls)] = usToSeconds(us);
+      }
+      warnUnknown(l, p, {"efficiency", "step_latency_us"});
+    }
+  }
+  warnUnknown(*nccl, ptr,
+              {"launch_us", "nvls_efficiency", "nvls_step_latency_us",
+               "links"});
+  return llvm::Error::success();
+}
+
 llvm::Expected<Topology> Loader::load(const Json &doc) {
   Spec s;
   if (!doc.is_object())
@@ -448,9 +508,12 @@ llvm::Expected<Topology> Loader::load(const Json &doc) {
     if (s.nics == 0)
       return r_.error("/inter", "missing: racks need an inter-node network");
   }
+  if (doc.contains("nccl"))
+    if (auto err = parseNccl(doc, s))
+      return llvm::Error(std::move(err));
   warnUnknown(doc, "",
               {"$schema", "name", "description", "device", "device_memory_gib",
-               "nodes", "node", "inter", "racks"});
+               "nodes", "node", "inter", "racks", "nccl"});
   return build(s);
 }
 
@@ -459,6 +522,7 @@ llvm::Expected<Topology> Loader::build(const Spec &s) const {
   t.setName(s.name);
   t.setDescription(s.description);
   t.setDeviceSpec(s.device);
+  t.setNccl(s.nccl);
   t.setIntraKind(s.intra == IntraKind::NVSwitch ? "nvswitch"
                  : s.intra == IntraKind::NVLink ? "nvlink"
                                                 : "pcie tree");

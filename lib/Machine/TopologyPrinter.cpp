@@ -178,6 +178,27 @@ void printTopology(const Topology &t, llvm::raw_ostream &os) {
                   withCommas(int64_t(s.links)), s.bandwidth.str(1e-9),
                   s.bandwidth.str(8e-9, "{:.0f}"), s.latency.str(1e6)});
   links.print(os);
+
+  const NcclCalibration &c = t.nccl();
+  if (!c.enabled)
+    return;
+  os << fmt::format("\nNCCL calibration (collectives): launch {:.2f} us",
+                    c.launch * 1e6);
+  if (c.nvlsEfficiency > 0)
+    os << fmt::format(", NVLink SHARP at {:.2f} of the NVSwitch link",
+                      c.nvlsEfficiency);
+  if (c.nvlsStepLatency)
+    os << fmt::format(" with {:.2f} us steps", *c.nvlsStepLatency * 1e6);
+  os << "\n";
+  Table cal({"class", "efficiency", "step latency us"}, {false, true, true});
+  for (const auto &[cls, stats] : classStats(t)) {
+    auto step = c.stepLatency[size_t(cls)];
+    cal.addRow({linkClassName(LinkClass(cls)).str(),
+                fmt::format("{:.2f}", c.efficiency[size_t(cls)]),
+                step ? fmt::format("{:.2f}", *step * 1e6)
+                     : std::string("link's")});
+  }
+  cal.print(os);
 }
 
 Json deviceSpecToJson(const DeviceSpec &d) {
@@ -251,6 +272,20 @@ Json topologyToJson(const Topology &t) {
                        {"bandwidth_bytes_per_sec", rangeJson(s.bandwidth)},
                        {"latency_seconds", rangeJson(s.latency)}});
   doc["link_classes"] = classes;
+  if (const NcclCalibration &c = t.nccl(); c.enabled) {
+    Json links = Json::object();
+    for (const auto &[cls, stats] : classStats(t)) {
+      Json l = {{"efficiency", c.efficiency[size_t(cls)]}};
+      if (auto step = c.stepLatency[size_t(cls)])
+        l["step_latency_seconds"] = *step;
+      links[linkClassName(LinkClass(cls)).str()] = l;
+    }
+    doc["nccl"] = {{"launch_seconds", c.launch},
+                   {"nvls_efficiency", c.nvlsEfficiency},
+                   {"links", links}};
+    if (c.nvlsStepLatency)
+      doc["nccl"]["nvls_step_latency_seconds"] = *c.nvlsStepLatency;
+  }
   Json devices = Json::array();
   for (const DeviceInfo &d : t.devices())
     devices.push_back({{"id", d.id},

@@ -2,7 +2,9 @@
 // broadcast and send/recv on a device group. Measured curves where a profile
 // has one for the group's shape; otherwise ring and tree alpha-beta models
 // over the group's slowest (contended) link, and a hierarchical scheme across
-// nodes; the fastest applicable algorithm is chosen and named.
+// nodes; the fastest applicable algorithm is chosen and named. A topology
+// with an NCCL calibration (Topology::nccl) is priced as NCCL runs:
+// pipelined steps, one ring per GPU across nodes, NVLink SHARP.
 #ifndef SOAP_MACHINE_COLLECTIVES_H
 #define SOAP_MACHINE_COLLECTIVES_H
 
@@ -21,8 +23,9 @@ enum class CollectiveAlgorithm : uint8_t {
   Tree,         ///< all-reduce: double-binary-tree style; broadcast: binomial
   Hierarchical, ///< inside nodes, then across nodes, then inside nodes
   Measured,     ///< interpolated from a CollectiveProfile
+  Switch,       ///< all-reduce reduced inside the NVSwitch (NVLink SHARP)
 };
-constexpr int kNumCollectiveAlgorithms = 6;
+constexpr int kNumCollectiveAlgorithms = 7;
 llvm::StringRef algorithmName(CollectiveAlgorithm a);
 
 struct CollectiveEstimate {
@@ -31,9 +34,13 @@ struct CollectiveEstimate {
 };
 
 /// Latency term (per step) and bandwidth term of an alpha-beta model.
+/// `alpha` is the largest hop latency; `meanAlpha` the mean over a ring's
+/// hops (the largest such mean over concurrent rings), what a pipeline
+/// pays per step on average.
 struct AlphaBeta {
   Seconds alpha = 0;
   double bandwidthBytesPerSec = 0;
+  Seconds meanAlpha = 0;
 };
 
 /// The shape of `group`: its node count and, when every node holds the same
@@ -86,6 +93,20 @@ private:
                              Bytes size) const;
   AlphaBeta
   edgeParameters(const std::vector<std::pair<DeviceId, DeviceId>> &edges) const;
+  /// The latency of one step from `a` to `b`: the route's link latencies,
+  /// or the calibration's step latencies where it has them.
+  Seconds hopLatency(DeviceId a, DeviceId b) const;
+  /// `steps` steps moving `data` bytes at `bw`: alpha-beta, or NCCL's
+  /// pipelined form when the topology is calibrated.
+  Seconds stepsTime(double steps, Seconds alpha, double data,
+                    double bw) const;
+  /// NCCL's rings across nodes: one per device of a node, each leaving a
+  /// node from a different device (so through a different NIC rail).
+  std::vector<std::vector<DeviceId>>
+  railRings(const std::vector<DeviceId> &group) const;
+  std::optional<Seconds> nvls(Collective kind,
+                              const std::vector<DeviceId> &group,
+                              double size) const;
   std::optional<Seconds> flat(CollectiveAlgorithm algo, Collective kind,
                               const std::vector<std::vector<DeviceId>> &groups,
                               double size) const;

@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -82,6 +83,28 @@ struct Link {
   uint32_t physical() const { return id / 2; }
 };
 
+/// How NCCL's kernels use the links, fitted to nccl-tests measurements
+/// (optional: the topology file's `nccl` object). Without it the collective
+/// model prices collectives at line rate with the links' latencies.
+struct NcclCalibration {
+  bool enabled = false;
+  /// A collective's fixed cost: kernel launch and the ranks' first
+  /// handshake, paid once per call.
+  Seconds launch = 0;
+  /// Per link class: the fraction of the link's bandwidth NCCL's protocol
+  /// achieves (1 where unset), and the latency one pipeline step spends on
+  /// a link of the class (the link's own latency where unset).
+  std::array<double, kNumLinkClasses> efficiency{1, 1, 1, 1, 1, 1};
+  std::array<std::optional<Seconds>, kNumLinkClasses> stepLatency{};
+  /// NVLink SHARP (NVLS): the fraction of a GPU's NVSwitch link bandwidth
+  /// an all-reduce reduced inside the switch achieves; 0 where the switch
+  /// does not reduce (NVSwitch before NVLink 4).
+  double nvlsEfficiency = 0;
+  /// The latency of one of NVLS's two pipeline steps (scatter-reduce in
+  /// the switch, then multicast); the route's step latency where unset.
+  std::optional<Seconds> nvlsStepLatency;
+};
+
 /// Where a device sits in the hierarchy.
 struct DeviceInfo {
   DeviceId id;
@@ -104,6 +127,7 @@ public:
   void setDeviceSpec(const DeviceSpec &spec) { spec_ = spec; }
   /// A short description of the intra-node fabric ("nvswitch", "pcie tree").
   void setIntraKind(std::string kind) { intraKind_ = std::move(kind); }
+  void setNccl(const NcclCalibration &c) { nccl_ = c; }
   VertexId addVertex(VertexKind kind, std::string name, int32_t node,
                      int32_t rack);
   /// Makes vertex `v` (of kind Device) the next device; ids are dense, in
@@ -124,6 +148,7 @@ public:
   const std::string &name() const { return name_; }
   const std::string &description() const { return description_; }
   const std::string &intraKind() const { return intraKind_; }
+  const NcclCalibration &nccl() const { return nccl_; }
   const DeviceSpec &deviceSpec() const { return spec_; }
 
   size_t numDevices() const { return devices_.size(); }
@@ -206,6 +231,7 @@ public:
 
 private:
   std::string name_, description_, intraKind_;
+  NcclCalibration nccl_;
   DeviceSpec spec_{};
   std::vector<Vertex> vertices_;
   std::vector<Link> links_;

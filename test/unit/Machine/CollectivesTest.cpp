@@ -205,3 +205,99 @@ TEST_CASE("profiles load from JSON, round-trip, and win when they apply",
   CHECK_THAT(profileError(e4),
              Catch::StartsWith("p.json: /collectives/1: duplicate curve"));
 }
+
+/// `nodes` nodes of 4 H100 on NVSwitch, 4 NDR NICs each, calibrated.
+static Topology calibrated(int nodes) {
+  Json doc = Json::parse(R"({"name": "t", "device": "H100-SXM",
+    "node": {"gpus": 4,
+      "intra": {"kind": "nvswitch", "bandwidth_gbps": 3600, "latency_us": 0.5},
+      "pcie": {"bandwidth_gbps": 504, "latency_us": 0.5}},
+    "inter": {"nics_per_node": 4, "bandwidth_gbps": 400, "latency_us": 1},
+    "nccl": {"launch_us": 20, "nvls_efficiency": 0.74,
+      "nvls_step_latency_us": 3.3,
+      "links": {"nvswitch": {"efficiency": 0.81, "step_latency_us": 0.25},
+                "pcie": {"step_latency_us": 0},
+                "network": {"efficiency": 0.97, "step_latency_us": 1.5}}}})");
+  doc["nodes"] = nodes;
+  auto t = parseTopology(doc, "t.json");
+  if (!t)
+    FAIL(errorMessage(t.takeError()));
+  return std::move(*t);
+}
+
+/// NCCL's pipelined form: launch + (sqrt(D/B) + sqrt(L))^2.
+static double pipelined(double launch, double data, double bw, double lat) {
+  double x = std::sqrt(data / bw) + std::sqrt(lat);
+  return launch + x * x;
+}
+
+TEST_CASE("calibrated collectives inside a node: pipelined rings, NVLS",
+          "[Machine]") {
+  Topology t = calibrated(1);
+  CollectiveModel m(t);
+  auto g = range(0, 4);
+  double S = double(kOneGiB), B = 450e9 * 0.81, hop = 0.5e-6;
+  double ring = pipelined(20e-6, 2.0 * 3 / 4 * S, B, 6 * hop);
+  CHECK(*m.algorithmTime(CollectiveAlgorithm::Ring, Collective::AllReduce, g,
+                         kOneGiB) == Approx(ring).epsilon(1e-12));
+  CHECK(*m.algorithmTime(CollectiveAlgorithm::Ring, Collective::AllGather, g,
+                         kOneGiB) ==
+        Approx(pipelined(20e-6, 3.0 / 4 * S, B, 3 * hop)).epsilon(1e-12));
+  // NVLS: (1 + 1/n) S per direction at 0.74 of the link, two 3.3 us steps;
+  // faster than the ring for large all-reduces, so chosen.
+  double nvls = pipelined(20e-6, 1.25 * S, 450e9 * 0.74, 2 * 3.3e-6);
+  CollectiveEstimate e = m.estimate(Collective::AllReduce, g, kOneGiB);
+  CHECK(e.algorithm == CollectiveAlgorithm::Switch);
+  CHECK(e.time == Approx(nvls).epsilon(1e-12));
+  CHECK(algorithmName(e.algorithm) == "nvls");
+  CHECK(!m.algorithmTime(CollectiveAlgorithm::Switch, Collective::AllGather,
+                         g, kOneGiB));
+  // Bus bandwidth rises over decades of sizes (the S-curve) and saturates
+  // below the calibrated rate.
+  double prev = 0;
+  for (Bytes size = 1 << 20; size <= (Bytes(8) << 30); size *= 8) {
+    double busbw = double(size) /
+                   *m.algorithmTime(CollectiveAlgorithm::Ring,
+                                    Collective::AllReduce, g, size) *
+                   2 * 3 / 4;
+    CHECK(busbw > prev);
+    CHECK(busbw < B);
+    prev = busbw;
+  }
+  CHECK(prev > 0.9 * B);
+  // A send: one step over the route, at the calibrated bandwidth.
+  CHECK(m.time(Collective::SendRecv, {0, 1}, kOneGiB) ==
+        Approx(pipelined(20e-6, S, B, hop)).epsilon(1e-12));
+}
+
+TEST_CASE("calibrated collectives across nodes: one ring per NIC rail",
+          "[Machine]") {
+  Topology t = calibrated(2);
+  CollectiveModel m(t);
+  auto g = range(0, 8);
+  double S = double(kOneGiB);
+  // Four rings, each leaving a node from a different GPU and so through its
+  // own NIC: a NIC link carries one ring (0.97 x 50 GB/s), a GPU's NVSwitch
+  // link three (0.81 x 450 / 3), so the NICs bound each ring's quarter.
+  double B = 50e9 * 0.97;
+  // Per ring: 6 NVSwitch hops of 0.5 us, 2 network hops of 2 x 1.5 us.
+  double meanHop = (6 * 0.5e-6 + 2 * 3e-6) / 8;
+  double ring = pipelined(20e-6, 2.0 * 7 / 8 * S / 4, B, 14 * meanHop);
+  CHECK(*m.algorithmTime(CollectiveAlgorithm::Ring, Collective::AllReduce, g,
+                         kOneGiB) == Approx(ring).epsilon(1e-12));
+  // No NVLS across nodes.
+  CHECK(!m.algorithmTime(CollectiveAlgorithm::Switch, Collective::AllReduce,
+                         g, kOneGiB));
+  // Uncalibrated, the same cluster's ring crosses one NIC per node.
+  Json doc = Json::parse(R"({"name": "t", "device": "H100-SXM", "nodes": 2,
+    "node": {"gpus": 4,
+      "intra": {"kind": "nvswitch", "bandwidth_gbps": 3600, "latency_us": 0.5},
+      "pcie": {"bandwidth_gbps": 504, "latency_us": 0.5}},
+    "inter": {"nics_per_node": 4, "bandwidth_gbps": 400, "latency_us": 1}})");
+  auto plain = parseTopology(doc, "t.json");
+  REQUIRE(static_cast<bool>(plain));
+  CollectiveModel pm(*plain);
+  CHECK(*pm.algorithmTime(CollectiveAlgorithm::Ring, Collective::AllReduce, g,
+                          kOneGiB) ==
+        Approx(2.0 * 7 / 8 * S / 50e9 + 14 * 4e-6).epsilon(1e-12));
+}

@@ -346,3 +346,80 @@ TEST_CASE("non-blocking links: a rack uplink that carries all its NICs",
   Topology full = mustParse(doc);
   CHECK(uplinks(full, false) == 0);
 }
+
+TEST_CASE("the nccl calibration: fields, defaults and errors", "[Machine]") {
+  // Absent: not calibrated, every class at line rate.
+  Topology plain = mustParse(nvswitchDoc(2));
+  CHECK(!plain.nccl().enabled);
+  CHECK(plain.nccl().efficiency[size_t(LinkClass::Network)] == 1);
+
+  Json doc = nvswitchDoc(2);
+  doc["nccl"] = Json::parse(R"({"launch_us": 20, "nvls_efficiency": 0.74,
+    "nvls_step_latency_us": 3.3,
+    "links": {"nvswitch": {"efficiency": 0.81, "step_latency_us": 0.25},
+              "network": {"efficiency": 0.97}}})");
+  Topology t = mustParse(doc);
+  const NcclCalibration &c = t.nccl();
+  CHECK(c.enabled);
+  CHECK(c.launch == Approx(20e-6));
+  CHECK(c.nvlsEfficiency == 0.74);
+  CHECK(*c.nvlsStepLatency == Approx(3.3e-6));
+  CHECK(c.efficiency[size_t(LinkClass::NVSwitch)] == 0.81);
+  CHECK(*c.stepLatency[size_t(LinkClass::NVSwitch)] == Approx(0.25e-6));
+  CHECK(c.efficiency[size_t(LinkClass::Network)] == 0.97);
+  CHECK(!c.stepLatency[size_t(LinkClass::Network)]); // the link's latency
+  CHECK(c.efficiency[size_t(LinkClass::PCIe)] == 1);
+  Json printed = topologyToJson(t);
+  CHECK(printed["nccl"]["links"]["nvswitch"]["efficiency"] == 0.81);
+  CHECK(printed["nccl"]["nvls_step_latency_seconds"] == Approx(3.3e-6));
+
+  doc = nvswitchDoc(2);
+  doc["nccl"] = {{"links", {{"nvswitch", {{"efficiency", 1.5}}}}}};
+  CHECK(loadError(doc) == "t.json: /nccl/links/nvswitch/efficiency: 1.5 is "
+                          "outside 0.01..1 (a fraction of the link's "
+                          "bandwidth)");
+  doc = nvswitchDoc(2);
+  doc["nccl"] = {{"links", {{"infiniband", {{"efficiency", 0.9}}}}}};
+  CHECK_THAT(loadError(doc),
+             Catch::StartsWith("t.json: /nccl/links/infiniband: unknown link "
+                               "class; known: nvlink,"));
+  doc = nvswitchDoc(2);
+  doc["nccl"] = {{"links", {{"network", 0.9}}}};
+  CHECK(loadError(doc) == "t.json: /nccl/links/network: expected an object");
+  doc = nvswitchDoc(2);
+  doc["nccl"] = {{"launch_us", -1}};
+  CHECK(loadError(doc) == "t.json: /nccl/launch_us: -1 is outside 0..1e+06 "
+                          "microseconds (a collective's fixed cost)");
+  doc = nvswitchDoc(2);
+  doc["nccl"] = {{"nvls_step_latency_us", 3}};
+  CHECK(loadError(doc) == "t.json: /nccl/nvls_step_latency_us: needs "
+                          "nvls_efficiency (NVLink SHARP) beside it");
+  doc = nvswitchDoc(2);
+  doc["nccl"] = 3;
+  CHECK(loadError(doc) == "t.json: /nccl: expected an object, got a number");
+  Json pcie = pcieDoc();
+  pcie["nccl"] = {{"nvls_efficiency", 0.7}};
+  CHECK(loadError(pcie) == "t.json: /nccl/nvls_efficiency: NVLink SHARP "
+                           "needs an NVSwitch node (node.intra.kind "
+                           "\"nvswitch\")");
+}
+
+TEST_CASE("DGX A100 and H100 clusters: SuperPOD units as racks", "[Machine]") {
+  Topology a = exampleTopology("dgx-a100-64");
+  CHECK(a.numDevices() == 512);
+  CHECK(a.numRacks() == 4); // 20 + 20 + 20 + 4 nodes
+  CHECK(a.deviceSpec().name == "A100-SXM4-80GB");
+  CHECK(a.pathBandwidth(0, 1) == 300e9);
+  CHECK(a.pathBandwidth(0, 8) == 25e9);
+  CHECK(a.nccl().enabled);
+  Topology small = exampleTopology("dgx-a100-16");
+  CHECK(small.numRacks() == 1);
+  Topology h = exampleTopology("dgx-h100-256");
+  CHECK(h.numDevices() == 2048);
+  CHECK(h.numRacks() == 8);
+  CHECK(h.nccl().nvlsEfficiency > 0);
+  // A rack uplink carries every NIC of a full rack: non-blocking.
+  for (const Link &l : h.links())
+    if (l.cls == LinkClass::Uplink)
+      CHECK(h.nonBlocking(l.id));
+}

@@ -159,6 +159,7 @@ SignatureSet::enumerate(const EnumerateOptions &opts, const DeviceSpec &spec,
       io.appendLoss = opts.appendLoss;
       io.unrollRnn = opts.unrollRnn;
       io.precision = opts.precision;
+      io.kernels = opts.kernels;
       auto g = importOnnx(model, io);
       if (!g)
         return g.takeError();

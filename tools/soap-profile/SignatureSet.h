@@ -5,6 +5,7 @@
 #ifndef SOAP_PROFILE_SIGNATURESET_H
 #define SOAP_PROFILE_SIGNATURESET_H
 
+#include "soap/IR/Fusion.h"
 #include "soap/IR/Graph.h"
 #include "soap/Machine/Topology.h"
 #include "soap/Parallel/ConfigSpace.h"
@@ -32,6 +33,8 @@ struct EnumerateOptions {
   bool appendLoss = true;
   /// The element type, as soapc's --precision (bf16 tiles are bf16 kernels).
   Precision precision = Precision::FP32;
+  /// The graph, as soapc's --kernels (fused ops are other kernels).
+  KernelMode kernels = KernelMode::Eager;
   /// At least one model, device counts and batch >= 1.
   llvm::Error validate() const;
 };

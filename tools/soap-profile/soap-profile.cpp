@@ -82,6 +82,11 @@ static cl::opt<bool> noLoss("no-loss",
 static cl::opt<std::string> precisionOpt(
     "precision", cl::desc("Element type of the tiles, as soapc: fp32 or bf16"),
     cl::init("fp32"), cl::cat(cat));
+static cl::opt<std::string> kernelsOpt(
+    "kernels",
+    cl::desc("The graph whose tiles to enumerate, as soapc: eager (the "
+             "default), fused or no-flash"),
+    cl::init("eager"), cl::cat(cat));
 static cl::opt<bool> unrollRnn("unroll-rnn",
                                cl::desc("Unroll LSTMs (as soapc)"),
                                cl::cat(cat));
@@ -185,6 +190,11 @@ static llvm::Expected<EnumerateOptions> enumerateOptions() {
     return inputError("--precision must be fp32 or bf16, got '{}'",
                       precisionOpt.getValue());
   o.precision = *precision;
+  auto kernels = parseKernelMode(kernelsOpt);
+  if (!kernels)
+    return inputError("--kernels must be eager, fused or no-flash, got '{}'",
+                      kernelsOpt.getValue());
+  o.kernels = *kernels;
   if (auto err = o.validate())
     return llvm::Error(std::move(err));
   return o;

@@ -142,6 +142,9 @@ def build_rows():
             "gpus": gpus, "topology": "dgx-a100-%d" % (gpus // 8),
             "device": "A100-SXM4-80GB", "batch": batch,
             "published_precision": "fp16",
+            # Megatron-LM in 2021: fused bias-GELU, bias-dropout-add and
+            # scale-mask-softmax kernels, no FlashAttention (2022).
+            "kernels": "no-flash",
             "strategy": {"tp": t, "pp": p, "vp": vp, "cp": 1, "mbs": mbs,
                          "sp": 0, "recompute": "full", "distopt": 0},
             "published_tflops": float(tflops)})
@@ -155,6 +158,7 @@ def build_rows():
             "seq": SEQ, "gpus": gpus, "topology": "dgx-h100-%d" % (gpus // 8),
             "device": "H100-SXM", "batch": 2 * gpus,
             "published_precision": "bf16",
+            "kernels": "fused",
             "strategy": {"tp": 4, "pp": 8, "vp": 12, "cp": 1, "mbs": 1,
                          "sp": 1, "recompute": "none", "distopt": 1},
             "published_s": step})
@@ -298,8 +302,7 @@ def simulate(a, r, strategy, models_dir):
            "--batch", str(r["batch"]), "--precision", "bf16",
            "--optimizer", "adam", "--strategy", a.strategy or strategy,
            "--format", "json"]
-    if a.kernels:
-        cmd += ["--kernels", a.kernels]
+    cmd += ["--kernels", a.kernels or r["kernels"]]
     max_rss = int(a.max_rss * 2**30)
     for attempt in range(a.retries + 1):
         try:
@@ -478,8 +481,10 @@ def main():
                     help="GiB of resident memory past which a simulation is "
                     "stopped (default: 3/4 of this machine's)")
     ap.add_argument("--soapc", default=os.path.join(ROOT, "build/bin/soapc"))
-    ap.add_argument("--kernels", default="fused",
-                    help="soapc's --kernels ('' to leave it out)")
+    ap.add_argument("--kernels", default="",
+                    help="soapc's --kernels for every row (default: each "
+                    "row's own: no-flash for SC21, which predates "
+                    "FlashAttention, fused for NeMo)")
     ap.add_argument("--strategy", default="",
                     help="simulate this --strategy instead of each row's "
                     "megatron:... (a check of the bench on older binaries)")
@@ -521,10 +526,11 @@ def main():
         return
     os.makedirs(a.models_dir, exist_ok=True)
     ensure_models(todo, a.models_dir)
-    print("soapc simulate --precision bf16 --optimizer adam%s; each "
-          "simulation stopped past %gs or %.1f GiB resident (RSS column: "
-          "soapc's peak GiB)" % (" --kernels " + a.kernels if a.kernels
-                                 else "", a.timeout, a.max_rss))
+    print("soapc simulate --precision bf16 --optimizer adam --kernels %s; "
+          "each simulation stopped past %gs or %.1f GiB resident (RSS "
+          "column: soapc's peak GiB)" % (
+              a.kernels or "no-flash (SC21) / fused (NeMo)", a.timeout,
+              a.max_rss))
     print("%-26s %-11s %5s %-14s %8s %8s %7s %11s %9s %-18s %7s %5s  %s" % (
         "row", "role", "GPUs", "t/p/vp/mbs/m", "publ s", "pred s", "err %",
         "MFU % p/s", "TF/s p/s", "peak/cap GiB", "wall s", "RSS",

@@ -265,6 +265,14 @@ std::vector<int64_t> groupTiles(const OpConfig &c,
   return group;
 }
 
+bool indexesLoop(const TensorMap &m, int l) {
+  for (const DimMap &d : m.dims)
+    for (const IndexTerm &t : d.terms)
+      if (t.loop == l && t.coeff != 0)
+        return true;
+  return false;
+}
+
 std::vector<DeviceId> devicesOf(const OpConfig &c,
                                 const std::vector<int64_t> &tiles) {
   std::vector<DeviceId> devs;
@@ -476,6 +484,49 @@ llvm::Error TaskGraph::buildOp(OpId o) {
             }
         }
   }
+  // Input-gradient partial sums: tiles that differ only in loops missing
+  // from an activation input's map read the same region of it, so each
+  // computes a partial sum of its gradient; an all-reduce among them
+  // combines them (Megatron's column-parallel backward all-reduce), after
+  // which every one holds the whole and the producer takes it from one.
+  if (op.sem.backwardDataNeeded)
+    for (int gi : op.sem.gradInputs) {
+      ValueId in = op.inputs[size_t(gi)];
+      if (in == kNoValue || !ctx_->graph.value(in).needsGrad ||
+          !op.sem.inputs[size_t(gi)].present)
+        continue;
+      std::vector<bool> free(op.sem.loops.size(), false);
+      bool split = false;
+      for (size_t l = 0; l < op.sem.loops.size(); ++l)
+        if (c.degree[l] > 1 && !indexesLoop(op.sem.inputs[size_t(gi)], int(l)))
+          free[l] = split = true;
+      if (!split)
+        continue;
+      int64_t groups;
+      std::vector<std::vector<int64_t>> mem = members(free, groups);
+      Bytes eb = dtypeBytes(ctx_->graph.value(in).dtype);
+      for (int32_t mb = 0; mb < m; ++mb)
+        for (int64_t g = 0; g < groups; ++g) {
+          std::vector<DeviceId> devs = devicesOf(c, mem[size_t(g)]);
+          if (devs.size() < 2 || !foldKeeps(devs))
+            continue;
+          Box region = op.sem.inputRegion(
+              gi, microBatchTile(c, op.sem, mem[size_t(g)][0], mb, m));
+          TaskId t = collective(
+              CollectiveRole::PartialSum,
+              key(TaskKind::Collective, uo, 0x20000000u | uint32_t(gi),
+                  uint64_t(g) | (uint64_t(mb) << 40)),
+              o, devs, region.volume() * eb);
+          tasks_[t].microBatch = mb;
+          ot.own.push_back(t);
+          for (int64_t k : mem[size_t(g)])
+            for (int32_t r = 0; r < reps; ++r) {
+              size_t i = size_t(mb * per + k * reps + r);
+              link(bwdReady[i], t);
+              bwdReady[i] = t;
+            }
+        }
+    }
   ot.bwdOut = bwdReady;
   // Partial sums: tiles that differ only in loops missing from an output's
   // map write the same region; an all-reduce combines them.

@@ -219,6 +219,22 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
       sources[b].push_back(t);
     }
     TileIndex index(cbox);
+    // Consumer tiles reading one region (they differ only in loops the
+    // input's map lacks) hold its gradient summed by their all-reduce
+    // (TaskGraph::buildOp): a producer task takes it from one of them, the
+    // one on its own device when there is one.
+    std::map<std::vector<int64_t>, std::vector<int64_t>> readers;
+    if (grad)
+      for (int64_t t = 0; t < ctiles; ++t) {
+        std::vector<int64_t> b = cbox[t].lo;
+        b.insert(b.end(), cbox[t].hi.begin(), cbox[t].hi.end());
+        readers[b].push_back(t);
+      }
+    auto firstReader = [&](int64_t kc) {
+      std::vector<int64_t> b = cbox[kc].lo;
+      b.insert(b.end(), cbox[kc].hi.begin(), cbox[kc].hi.end());
+      return readers[b];
+    };
     for (const auto &[boxKey, members] : sources) {
       const Box &pb = pbox[members[0]];
       for (int64_t kc : index.candidates(pb)) {
@@ -242,14 +258,32 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
         }
         if (!grad)
           continue;
-        // Backward: every producer task needs the gradient of its region.
+        // Backward: every producer task needs the gradient of its region,
+        // from one reader of each summed region.
+        const std::vector<int64_t> &same = firstReader(kc);
+        bool summed = same.size() > 1;
         for (int64_t kp : members)
           for (int32_t rp = 0; rp < prep; ++rp) {
             DeviceId dst = pc.device(kp, rp);
+            int64_t from = kc;
             int32_t srcRep = 0;
-            for (int32_t rc = 0; rc < crep; ++rc)
-              if (cc.device(kc, rc) == dst)
-                srcRep = rc;
+            if (summed) {
+              // The reader on dst, else the group's first; only that
+              // reader sends.
+              from = same[0];
+              for (int64_t t : same)
+                for (int32_t rc = 0; rc < crep; ++rc)
+                  if (cc.device(t, rc) == dst && cc.device(from, srcRep) != dst) {
+                    from = t;
+                    srcRep = rc;
+                  }
+              if (from != kc)
+                continue;
+            } else {
+              for (int32_t rc = 0; rc < crep; ++rc)
+                if (cc.device(kc, rc) == dst)
+                  srcRep = rc;
+            }
             step(kc * crep + srcRep, kp * prep + rp, cc.device(kc, srcRep), dst,
                  bytes, 1, kp * prep + rp, kc, srcRep);
           }

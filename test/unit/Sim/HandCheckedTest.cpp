@@ -147,11 +147,13 @@ TEST_CASE("SOYBEAN's MLP under data and model parallelism", "[Sim]") {
   CHECK(dp.collectiveBytes == 5 * 2 * 15 * 360000);
   // Model parallel (n split): 300 units split 15 ways (16 does not divide
   // 300). Each of layers 2-5 needs its whole input on every device, 14/15
-  // of [400, 300] floats from the others, and in the backward pass each
-  // device receives 14 partial input-gradients of its columns.
+  // of [400, 300] floats from the others; in the backward pass each device
+  // holds a partial gradient of that whole input, which an all-reduce over
+  // the 15 sums (a ring: 2 x 14 x 480,000 bytes), after which each device
+  // takes its own columns in place.
   SimMetrics mp = run(1, 15);
-  CHECK(mp.transferBytes == 2 * 4 * 15 * 14 * (400 * 20 * 4));
-  CHECK(mp.collectiveBytes == 0);
+  CHECK(mp.transferBytes == 4 * 15 * 14 * (400 * 20 * 4));
+  CHECK(mp.collectiveBytes == 4 * 2 * 14 * (400 * 300 * 4));
 }
 
 TEST_CASE("An LSTM layer split on its hidden units exchanges its state every "

@@ -103,8 +103,9 @@ int64_t globalBatch(const Graph &g) {
   return 0;
 }
 
-/// Megatron's selective recomputation: the core attention.
-std::vector<uint8_t> selectiveRecompute(const Graph &g) {
+} // namespace
+
+std::vector<uint8_t> megatronSelectiveRecompute(const Graph &g) {
   bool fused = std::any_of(g.ops().begin(), g.ops().end(), [](const Op &op) {
     return op.kind == "FlashAttention";
   });
@@ -116,6 +117,8 @@ std::vector<uint8_t> selectiveRecompute(const Graph &g) {
   return r;
 }
 
+namespace {
+
 void applyMemoryChoices(const Graph &g, Strategy &s, int zero,
                         RecomputeMode recompute) {
   s.zero.clear();
@@ -124,7 +127,7 @@ void applyMemoryChoices(const Graph &g, Strategy &s, int zero,
   dropIdleZero(g, s);
   s.recompute.clear();
   if (recompute == RecomputeMode::Selective)
-    s.recompute = selectiveRecompute(g);
+    s.recompute = megatronSelectiveRecompute(g);
   else if (recompute == RecomputeMode::Full)
     s.recompute = recomputePolicy(g, true);
 }

@@ -169,10 +169,14 @@ private:
   std::string name_;
 };
 
-/// Megatron-LM's hand-written plan, tuned as its users tune it: every
+/// Megatron-LM's hand-written plan, tuned as its users tune it: the
+/// what-if builder's pieces (Parallel/Megatron.h and WhatIf.h: column/row
+/// splits with the vocabulary-parallel LM head, stages of equal layers,
+/// Megatron's selective recomputation) over its keys: every
 /// tensor-parallel degree t that divides a node's GPUs (powers of two) and
-/// every stage count p that divides the nodes, each with 1F1B and m = 4p;
-/// the fastest that fits.
+/// every stage count p that divides the nodes, each with 1F1B from m = 4p,
+/// the distributed optimizer and recomputation as needed, more
+/// micro-batches while they pay; the fastest that fits.
 class MegatronSearcher : public Searcher {
 public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,

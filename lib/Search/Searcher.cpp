@@ -1,6 +1,8 @@
 // Searcher registry, budgets, options, and evaluation of a strategy.
 #include "soap/Search/Searcher.h"
 
+#include "soap/Parallel/WhatIf.h"
+
 #include "soap/Support/Error.h"
 #include <cmath>
 
@@ -149,14 +151,16 @@ void MemorySaving::apply(const Graph &g, Strategy &s) const {
   if (zero)
     s.zero = zeroPolicy(g, s, zero);
   s.recompute.clear();
-  if (recompute != None)
+  if (recompute == Selective && coreAttention)
+    s.recompute = megatronSelectiveRecompute(g);
+  else if (recompute != None)
     s.recompute = recomputePolicy(g, recompute == Full);
 }
 
 std::vector<MemorySaving> memoryLadder(bool megatronOnly) {
   using R = MemorySaving::Recompute;
   if (megatronOnly)
-    return {{0, R::None}, {1, R::None}, {1, R::Selective}, {1, R::Full}};
+    return {{0, R::None}, {1, R::None}, {1, R::Selective, true}, {1, R::Full}};
   return {{0, R::None},      {1, R::None},      {2, R::None},
           {1, R::Selective}, {2, R::Selective}, {3, R::None},
           {3, R::Selective}, {2, R::Full},      {3, R::Full}};

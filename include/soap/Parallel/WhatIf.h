@@ -51,6 +51,11 @@ bool isWhatIf(llvm::StringRef spec);
 llvm::Expected<Strategy> whatIfStrategy(llvm::StringRef spec, const Graph &g,
                                         const Topology &topo);
 
+/// Megatron-LM's selective recomputation: the core attention (the
+/// FlashAttention ops of a fused graph; in a graph without them, every op
+/// without weights that saves something, recomputePolicy's selective).
+std::vector<uint8_t> megatronSelectiveRecompute(const Graph &g);
+
 /// Megatron-LM's plan for `c`: tensor parallel (column/row splits, the
 /// vocabulary-parallel LM head and cross-entropy) over tp adjacent devices,
 /// pp stages of equal transformer layers (the embedding on the first, the

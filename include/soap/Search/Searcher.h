@@ -204,6 +204,9 @@ evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0,
 struct MemorySaving {
   int zero = 0;
   enum Recompute : uint8_t { None, Selective, Full } recompute = None;
+  /// Selective as Megatron-LM means it: the core attention only
+  /// (megatronSelectiveRecompute), not every op without weights that saves.
+  bool coreAttention = false;
   /// ", ZeRO-1, selective recomputation" ("" for none).
   std::string str() const;
   void apply(const Graph &g, Strategy &s) const;

@@ -405,6 +405,39 @@ def run_row(a, r, models_dir, peaks):
     return out
 
 
+def markdown(path):
+    """bench/README's table from a results file (what the last run wrote)."""
+    with open(path) as f:
+        d = json.load(f)
+    print("| row | role | GPUs | t/p/vp/mbs/m | kernels | published s | "
+          "predicted s | error | TFLOP/s publ / pred | peak / capacity GiB |")
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---|")
+
+    def line(label, role, r, x):
+        s = x.get("strategy", r["strategy"])
+        shape = "%d/%d/%d/%d/%d" % (s["tp"], s["pp"], s["vp"], s["mbs"],
+                                    r["micro_batches"])
+        if x.get("status") != "ok":
+            print("| %s | %s | %d | %s | %s | %.3f | %s | | | |" % (
+                label, role, r["gpus"], shape, r.get("kernels", "?"), r["published_s"],
+                "needs " + ", ".join(r.get("lacks", [])) if r.get("lacks")
+                else x.get("status", "")))
+            return
+        print("| %s | %s | %d | %s | %s | %.3f | %.3f | %s | %.0f / %.0f | "
+              "%.1f / %.0f%s |" % (
+                  label, role, r["gpus"], shape, r.get("kernels", "?"),
+                  r["published_s"], x["predicted_s"], pct(x["error"]),
+                  r["published_tflops"], x["tflops_predicted"],
+                  x["memory_peak"] / 2**30, x["memory_capacity"] / 2**30,
+                  "" if x["fits"] else " **does not fit**"))
+
+    for r in d["rows"]:
+        line(r["id"], r["role"], r, r)
+        if "nearest" in r:
+            line("↳ without " + " and ".join(r["nearest"]["without"]), "", r,
+                 r["nearest"])
+
+
 def pct(x, digits=1):
     return "-" if x is None else "%+.*f" % (digits, 100 * x)
 
@@ -500,6 +533,9 @@ def main():
     ap.add_argument("--retries", type=int, default=3,
                     help="retries while soapc cannot be started (relinked)")
     ap.add_argument("--retry-wait", type=float, default=30)
+    ap.add_argument("--markdown", action="store_true",
+                    help="print bench/README's table from --out (the last "
+                    "run's results) and run nothing")
     ap.add_argument("--list", action="store_true",
                     help="print the rows and their settings, run nothing")
     ap.add_argument("--out", default=os.path.join(HERE,
@@ -518,6 +554,9 @@ def main():
                 derive(r)
     peaks = catalog_peaks()
     todo = [r for r in rows if selected(r, a)]
+    if a.markdown:
+        markdown(a.out)
+        return
     if a.list:
         for r in todo:
             print("%-16s %-11s %5d GPUs %-18s batch %5d  %s  published %.3f s"

@@ -203,7 +203,11 @@ public:
         // fit, and more micro-batches (a smaller --micro-batch-size) while
         // nothing fits or they still pay.
         uint64_t n = 0;
-        auto fit = fitMicroBatches(p, *s, memoryLadder(true), n, o);
+        // Lighter rungs at more micro-batches are tried too: Megatron-LM
+        // users run a micro-batch of 1 without recomputation where it fits
+        // (NeMo's GPT-3 175B) rather than recompute at a larger one.
+        auto fit = fitMicroBatches(p, *s, memoryLadder(true), n, o,
+                                   /*whileLighter=*/true);
         if (!fit)
           return fit.takeError();
         tried_ += n;

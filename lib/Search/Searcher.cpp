@@ -118,7 +118,7 @@ size_t taskLimit(const SearchProblem &p) {
   if (p.maxTasks)
     return p.maxTasks;
   return std::max<size_t>(size_t(1) << 20,
-                          8 * p.graph.numOps() * p.topo.numDevices());
+                          16 * p.graph.numOps() * p.topo.numDevices());
 }
 
 llvm::Expected<std::pair<Seconds, bool>>

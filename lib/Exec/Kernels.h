@@ -59,6 +59,17 @@ Box loopIndexBox(const OpSemantics &sem, int l);
 /// The statReduced loops of an op as a mask; `keep` is its complement.
 std::vector<bool> statMask(const OpSemantics &sem);
 
+/// Softmax (`log`: log-softmax) of ctx.op along its statReduced loops
+/// (KernelsNorm.cpp): every task's out[0] from x[k] (task k's operand,
+/// read through xMap), the row maxima and sums combined over the tiles
+/// that share a row (KernelCtx::stats) when those loops are split.
+void softmaxRows(KernelCtx &ctx, const TensorMap &xMap,
+                 const std::vector<const Buf *> &x, bool log);
+/// Its backward: adds to dx[k] the gradient of x from task k's gout[0] and
+/// out[0], the rows' sums of dy ∘ y combined over the row's tiles.
+void softmaxRowsBackward(KernelCtx &ctx, const TensorMap &dxMap,
+                         const std::vector<Buf *> &dx, bool log);
+
 } // namespace exec
 } // namespace soap
 

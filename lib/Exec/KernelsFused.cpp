@@ -2,7 +2,9 @@
 // chain of element-wise ops evaluated point by point with the element-wise
 // kernel's functions (ElementwiseMath.h), its dropout masks drawn as the
 // eager Dropout draws them; backward runs the chain again from its inputs
-// and back-propagates through the members.
+// and back-propagates through the members. FusedSoftmax: such a chain (the
+// scale and mask of attention scores) into a last-axis softmax, which runs
+// the Softmax kernel's rows (statistics combined across a split axis).
 #include "ElementwiseMath.h"
 #include "Kernels.h"
 
@@ -54,10 +56,8 @@ bool valueFree(llvm::StringRef kind) {
          kind == "LeakyRelu" || kind == "Dropout";
 }
 
-llvm::Error checkFusedElementwise(const Graph &, const Op &op) {
-  int64_t n = op.getInt("members", 0);
-  if (n < 1)
-    return inputError("FusedElementwise has no members");
+/// Checks members 0 .. n-1 as a FusedElementwise's.
+llvm::Error checkMembers(const Op &op, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     std::string kind = op.getString(memberKey(j, "kind"), "");
     if (!isFusibleElementwise(kind))
@@ -87,9 +87,18 @@ llvm::Error checkFusedElementwise(const Graph &, const Op &op) {
   return llvm::Error::success();
 }
 
-Chain chainOf(const Op &op, int64_t step) {
-  Chain c;
+llvm::Error checkFusedElementwise(const Graph &, const Op &op) {
   int64_t n = op.getInt("members", 0);
+  if (n < 1)
+    return inputError("FusedElementwise has no members");
+  return checkMembers(op, n);
+}
+
+/// Members 0 .. n-1 of `op` as a chain; `values`: backward evaluates the
+/// chain again (no member keeps a sign) whatever its kinds.
+Chain chainOf(const Op &op, int64_t step, int64_t n, bool values) {
+  Chain c;
+  c.needsValues = values;
   for (int64_t j = 0; j < n; ++j)
     c.needsValues |= !valueFree(op.getString(memberKey(j, "kind"), ""));
   for (int64_t j = 0; j < n; ++j) {
@@ -137,20 +146,32 @@ std::vector<Operand> operands(const Graph &g, const Op &op, const Box &out,
   return ops;
 }
 
+/// Operand ref `r` at the point: 0 when absent, a member's value, or input
+/// r's (`in` its data, `o` the point's offsets: 1 + r is input r's).
+float operandAt(int64_t r, const float *const *in, const int64_t *o,
+                const float *vals) {
+  return r == kAbsent ? 0.0f : r < 0 ? vals[-r - 1] : in[r][o[1 + r]];
+}
+
+/// The data of a task's inputs.
+std::vector<const float *> inputData(const Task &t) {
+  std::vector<const float *> in;
+  for (const Buf &b : t.in)
+    in.push_back(b.data.data());
+  return in;
+}
+
 /// Evaluates the chain at one point into `vals` (per member), drawing the
 /// dropout masks (`mask` the point's slice, written) or reading them back
 /// (`draw` false).
-void evaluate(const Chain &c, const Task &t, const int64_t *o, uint64_t seed,
-              size_t globalOp, bool draw, uint8_t *mask, float *vals) {
+void evaluate(const Chain &c, const float *const *in, const int64_t *o,
+              uint64_t seed, size_t globalOp, bool draw, uint8_t *mask,
+              float *vals) {
   for (size_t j = 0; j < c.members.size(); ++j) {
     const Member &m = c.members[j];
     float x[kMaxOperands] = {0, 0, 0};
-    for (size_t k = 0; k < m.in.size(); ++k) {
-      int64_t r = m.in[k];
-      x[k] = r == kAbsent ? 0.0f
-             : r < 0      ? vals[-r - 1]
-                          : t.in[size_t(r)].data[size_t(o[1 + r])];
-    }
+    for (size_t k = 0; k < m.in.size(); ++k)
+      x[k] = operandAt(m.in[k], in, o, vals);
     if (m.isDropout) {
       bool keep = true;
       if (m.drops) {
@@ -170,23 +191,35 @@ void evaluate(const Chain &c, const Task &t, const int64_t *o, uint64_t seed,
   }
 }
 
-void fusedForward(KernelCtx &ctx) {
+/// Evaluates the chain over each task's output box, drawing its masks, and
+/// writes operand ref `result` of each point into out[k] (over that box).
+void chainForward(KernelCtx &ctx, const Chain &c, int64_t result,
+                  const std::vector<float *> &out) {
   const Op &op = ctx.op;
-  Chain c = chainOf(op, ctx.step);
-  size_t n = c.members.size(), slots = size_t(c.slots);
+  size_t slots = size_t(c.slots);
   size_t globalOp = 1 + op.inputs.size();
-  std::vector<float> vals(n);
-  for (Task &t : ctx.tasks) {
+  std::vector<float> vals(c.members.size() + 1);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
     PointIter it(op.sem, operands(ctx.graph, op, t.out[0].box, t.in, c.drops));
     t.mask.assign(t.out[0].data.size() * slots, 0);
-    float *y = t.out[0].data.data();
+    std::vector<const float *> in = inputData(t);
+    float *y = out[k];
     it.run(t.loops, [&](const int64_t *o) {
-      evaluate(c, t, o, ctx.seed, globalOp, true,
+      evaluate(c, in.data(), o, ctx.seed, globalOp, true,
                slots ? t.mask.data() + size_t(o[0]) * slots : nullptr,
                vals.data());
-      y[o[0]] = vals[n - 1];
+      y[o[0]] = operandAt(result, in.data(), o, vals.data());
     });
   }
+}
+
+void fusedForward(KernelCtx &ctx) {
+  int64_t n = ctx.op.getInt("members", 0);
+  std::vector<float *> out;
+  for (Task &t : ctx.tasks)
+    out.push_back(t.out[0].data.data());
+  chainForward(ctx, chainOf(ctx.op, ctx.step, n, false), -n, out);
 }
 
 /// A constant input whose buffer the executor freed after forward (the
@@ -201,49 +234,62 @@ void refillConstant(const Value &v, Buf &b) {
   });
 }
 
-void fusedBackward(KernelCtx &ctx) {
+/// Back-propagates each task's gradient of operand ref `result` (dres[k],
+/// over the output box) through the chain into the inputs whose gradient
+/// buffers are allocated. With values, the chain is evaluated again from
+/// the inputs; one the executor dropped (its values read by no partial the
+/// semantics count) reads as zeros.
+void chainBackward(KernelCtx &ctx, const Chain &c, int64_t result,
+                   const std::vector<const float *> &dres) {
   const Op &op = ctx.op;
-  Chain c = chainOf(op, ctx.step);
   size_t n = c.members.size(), slots = size_t(c.slots);
-  std::vector<float> vals(n, 0.0f), adj(n);
-  for (Task &t : ctx.tasks) {
+  std::vector<float> vals(n + 1, 0.0f), adj(n + 1);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    std::vector<Buf> zeros(op.inputs.size());
+    std::vector<const float *> in = inputData(t);
     if (c.needsValues)
-      for (size_t i = 0; i < op.inputs.size(); ++i)
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
         refillConstant(ctx.graph.value(op.inputs[i]), t.in[i]);
+        in[i] = t.in[i].data.data();
+        if (t.in[i].data.empty() && !t.in[i].box.empty()) {
+          zeros[i].reset(t.in[i].box);
+          in[i] = zeros[i].data.data();
+        }
+      }
     std::vector<uint8_t> want(op.inputs.size());
     for (size_t i = 0; i < want.size(); ++i)
       want[i] = i < t.gin.size() && !t.gin[i].data.empty();
     // The output gradient's box is the output's: offsets index the masks.
     PointIter it(op.sem, operands(ctx.graph, op, t.gout[0].box, t.in, false));
-    const float *dy = t.gout[0].data.data();
+    const float *dy = dres[k];
     it.run(t.loops, [&](const int64_t *o) {
       uint8_t *mask = slots ? t.mask.data() + size_t(o[0]) * slots : nullptr;
       if (c.needsValues)
-        evaluate(c, t, o, 0, 0, false, mask, vals.data());
+        evaluate(c, in.data(), o, 0, 0, false, mask, vals.data());
       std::fill(adj.begin(), adj.end(), 0.0f);
-      adj[n - 1] = dy[o[0]];
+      if (result < 0)
+        adj[size_t(-result - 1)] = dy[o[0]];
+      else if (result != kAbsent && want[size_t(result)])
+        t.gin[size_t(result)].data[size_t(o[1 + result])] += dy[o[0]];
       for (size_t j = n; j-- > 0;) {
         const Member &m = c.members[j];
         float x[kMaxOperands] = {0, 0, 0};
         if (c.needsValues) {
-          for (size_t k = 0; k < m.in.size(); ++k) {
-            int64_t r = m.in[k];
-            x[k] = r == kAbsent ? 0.0f
-                   : r < 0      ? vals[-r - 1]
-                                : t.in[size_t(r)].data[size_t(o[1 + r])];
-          }
+          for (size_t q = 0; q < m.in.size(); ++q)
+            x[q] = operandAt(m.in[q], in.data(), o, vals.data());
         } else if (m.slot >= 0 && !m.isDropout) {
           x[0] = mask[m.slot] ? 1.0f : -1.0f; // a Relu's input's sign
         }
-        for (size_t k = 0; k < m.in.size(); ++k) {
-          int64_t r = m.in[k];
+        for (size_t q = 0; q < m.in.size(); ++q) {
+          int64_t r = m.in[q];
           if (r == kAbsent || (r >= 0 && !want[size_t(r)]))
             continue;
           float d;
           if (m.isDropout)
             d = !m.drops || mask[m.slot] ? m.scale : 0.0f;
           else
-            d = elemPartial(m.fn, x, vals[j], k);
+            d = elemPartial(m.fn, x, vals[j], q);
           d *= adj[j];
           if (r < 0)
             adj[size_t(-r - 1)] += d;
@@ -255,14 +301,88 @@ void fusedBackward(KernelCtx &ctx) {
   }
 }
 
+void fusedBackward(KernelCtx &ctx) {
+  int64_t n = ctx.op.getInt("members", 0);
+  std::vector<const float *> dy;
+  for (Task &t : ctx.tasks)
+    dy.push_back(t.gout[0].data.data());
+  chainBackward(ctx, chainOf(ctx.op, ctx.step, n, false), -n, dy);
+}
+
+// --- FusedSoftmax ----------------------------------------------------------
+
+/// The softmax member's operand ref (its input: a prologue member's
+/// result).
+int64_t softmaxOperand(const Op &op) {
+  int64_t n = op.getInt("members", 0);
+  std::vector<int64_t> in = op.getInts(memberKey(n - 1, "in"));
+  return in.empty() ? kAbsent : in[0];
+}
+
+llvm::Error checkFusedSoftmax(const Graph &g, const Op &op) {
+  int64_t n = op.getInt("members", 0);
+  if (n < 2 || op.getString(memberKey(n - 1, "kind"), "") != "Softmax")
+    return inputError("FusedSoftmax needs a prologue and a Softmax as its "
+                      "last member");
+  int64_t rank = int64_t(g.value(op.outputs[0]).shape.rank());
+  int64_t axis = op.getInt("axis", rank - 1);
+  if (axis != rank - 1 && axis != -1)
+    return inputError("FusedSoftmax's axis {} is not the last of rank {}", axis,
+                      rank);
+  int64_t r = softmaxOperand(op);
+  if (r == kAbsent || r >= 0 || -r - 1 >= n - 1)
+    return inputError("the Softmax member does not read a prologue member");
+  return checkMembers(op, n - 1);
+}
+
+/// The prologue into per-task temporaries over the output box, then the
+/// Softmax kernel's rows on them.
+void fusedSoftmaxForward(KernelCtx &ctx) {
+  const Op &op = ctx.op;
+  int64_t n = op.getInt("members", 0);
+  std::vector<Buf> z(ctx.tasks.size());
+  std::vector<float *> out;
+  std::vector<const Buf *> x;
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    z[k].reset(ctx.tasks[k].out[0].box);
+    out.push_back(z[k].data.data());
+    x.push_back(&z[k]);
+  }
+  chainForward(ctx, chainOf(op, ctx.step, n - 1, true), softmaxOperand(op),
+               out);
+  softmaxRows(ctx, op.sem.outputs[0], x, false);
+}
+
+/// dz = y ∘ (dy − rowsum(dy ∘ y)) by the Softmax kernel's rows, then back
+/// through the prologue.
+void fusedSoftmaxBackward(KernelCtx &ctx) {
+  const Op &op = ctx.op;
+  int64_t n = op.getInt("members", 0);
+  std::vector<Buf> dz(ctx.tasks.size());
+  std::vector<Buf *> dx;
+  std::vector<const float *> dres;
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    dz[k].reset(ctx.tasks[k].gout[0].box);
+    dx.push_back(&dz[k]);
+    dres.push_back(dz[k].data.data());
+  }
+  softmaxRowsBackward(ctx, op.sem.outputs[0], dx, false);
+  chainBackward(ctx, chainOf(op, ctx.step, n - 1, true), softmaxOperand(op),
+                dres);
+}
+
 const Kernel kFusedElementwise = {checkFusedElementwise, fusedForward,
                                   fusedBackward, true};
+const Kernel kFusedSoftmax = {checkFusedSoftmax, fusedSoftmaxForward,
+                              fusedSoftmaxBackward, true};
 
 } // namespace
 
 const Kernel *findFusedKernel(llvm::StringRef kind) {
   if (kind == "FusedElementwise")
     return &kFusedElementwise;
+  if (kind == "FusedSoftmax")
+    return &kFusedSoftmax;
   return nullptr;
 }
 

@@ -219,79 +219,46 @@ llvm::Error checkSoftmax(const Graph &g, const Op &op) {
   return llvm::Error::success();
 }
 
-/// Row maxima and sums of exp(x - max), combined over the row's tiles.
+/// Row maxima and sums of exp(x - max), combined over the row's tiles; x
+/// of task k is x[k], read through xMap.
 void softmaxStats(KernelCtx &ctx, const std::vector<bool> &keep,
-                  const TensorMap &rows, int xin, std::vector<Buf> &mx,
+                  const TensorMap &rows, const TensorMap &xMap,
+                  const std::vector<const Buf *> &x, std::vector<Buf> &mx,
                   std::vector<Buf> &sum) {
   const OpSemantics &sem = ctx.op.sem;
   mx = rowBufs(ctx, keep, -std::numeric_limits<float>::infinity());
   sum = rowBufs(ctx, keep, 0);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
-    PointIter it(sem, {{&sem.inputs[xin], t.in[xin].box}, {&rows, mx[k].box}});
+    PointIter it(sem, {{&xMap, x[k]->box}, {&rows, mx[k].box}});
     it.run(t.loops, [&](const int64_t *o) {
-      mx[k].data[o[1]] = std::max(mx[k].data[o[1]], t.in[xin].data[o[0]]);
+      mx[k].data[o[1]] = std::max(mx[k].data[o[1]], x[k]->data[o[0]]);
     });
   }
   allReduce(ctx, keep, mx, Combine::Max);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
-    PointIter it(sem, {{&sem.inputs[xin], t.in[xin].box}, {&rows, mx[k].box}});
+    PointIter it(sem, {{&xMap, x[k]->box}, {&rows, mx[k].box}});
     it.run(t.loops, [&](const int64_t *o) {
-      sum[k].data[o[1]] += std::exp(t.in[xin].data[o[0]] - mx[k].data[o[1]]);
+      sum[k].data[o[1]] += std::exp(x[k]->data[o[0]] - mx[k].data[o[1]]);
     });
   }
   allReduce(ctx, keep, sum, Combine::Sum);
 }
 
 void softmaxForward(KernelCtx &ctx) {
-  const OpSemantics &sem = ctx.op.sem;
-  std::vector<bool> keep = rowsKeep(sem);
-  TensorMap rows = loopSubsetMap(sem, keep);
-  bool log = ctx.op.kind == "LogSoftmax";
-  std::vector<Buf> mx, sum;
-  softmaxStats(ctx, keep, rows, 0, mx, sum);
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    PointIter it(sem, {{&sem.inputs[0], t.in[0].box},
-                       {&rows, mx[k].box},
-                       {&sem.outputs[0], t.out[0].box}});
-    it.run(t.loops, [&](const int64_t *o) {
-      float d = t.in[0].data[o[0]] - mx[k].data[o[1]];
-      t.out[0].data[o[2]] = log ? d - std::log(sum[k].data[o[1]])
-                                : std::exp(d) / sum[k].data[o[1]];
-    });
-  }
+  std::vector<const Buf *> x;
+  for (Task &t : ctx.tasks)
+    x.push_back(&t.in[0]);
+  softmaxRows(ctx, ctx.op.sem.inputs[0], x, ctx.op.kind == "LogSoftmax");
 }
 
 void softmaxBackward(KernelCtx &ctx) {
-  const OpSemantics &sem = ctx.op.sem;
-  std::vector<bool> keep = rowsKeep(sem);
-  TensorMap rows = loopSubsetMap(sem, keep);
-  bool log = ctx.op.kind == "LogSoftmax";
-  // s = sum of dy * y (softmax) or of dy (log-softmax), per row.
-  std::vector<Buf> s = rowBufs(ctx, keep, 0);
-  auto iter = [&](Task &t, const Buf &r) {
-    return PointIter(sem, {{&sem.inputs[0], t.in[0].box},
-                           {&rows, r.box},
-                           {&sem.outputs[0], t.out[0].box}});
-  };
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    iter(t, s[k]).run(t.loops, [&](const int64_t *o) {
-      float dy = t.gout[0].data[o[2]];
-      s[k].data[o[1]] += log ? dy : dy * t.out[0].data[o[2]];
-    });
-  }
-  allReduce(ctx, keep, s, Combine::Sum);
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    iter(t, s[k]).run(t.loops, [&](const int64_t *o) {
-      float dy = t.gout[0].data[o[2]], y = t.out[0].data[o[2]];
-      t.gin[0].data[o[0]] +=
-          log ? dy - std::exp(y) * s[k].data[o[1]] : y * (dy - s[k].data[o[1]]);
-    });
-  }
+  std::vector<Buf *> dx;
+  for (Task &t : ctx.tasks)
+    dx.push_back(&t.gin[0]);
+  softmaxRowsBackward(ctx, ctx.op.sem.inputs[0], dx,
+                      ctx.op.kind == "LogSoftmax");
 }
 
 // --- SoftmaxCrossEntropyLoss ------------------------------------------------
@@ -347,7 +314,10 @@ void lossForward(KernelCtx &ctx) {
   std::vector<bool> keep = rowsKeep(sem);
   TensorMap rows = loopSubsetMap(sem, keep);
   std::vector<Buf> mx, sum;
-  softmaxStats(ctx, keep, rows, 0, mx, sum);
+  std::vector<const Buf *> x;
+  for (Task &t : ctx.tasks)
+    x.push_back(&t.in[0]);
+  softmaxStats(ctx, keep, rows, ctx.op.sem.inputs[0], x, mx, sum);
   float scale = lossScale(ctx.op);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
@@ -381,6 +351,56 @@ const Kernel kSoftmax = {checkSoftmax, softmaxForward, softmaxBackward};
 const Kernel kLoss = {checkLoss, lossForward, lossBackward};
 
 } // namespace
+
+void softmaxRows(KernelCtx &ctx, const TensorMap &xMap,
+                 const std::vector<const Buf *> &x, bool log) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  std::vector<Buf> mx, sum;
+  softmaxStats(ctx, keep, rows, xMap, x, mx, sum);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    PointIter it(sem, {{&xMap, x[k]->box},
+                       {&rows, mx[k].box},
+                       {&sem.outputs[0], t.out[0].box}});
+    it.run(t.loops, [&](const int64_t *o) {
+      float d = x[k]->data[o[0]] - mx[k].data[o[1]];
+      t.out[0].data[o[2]] = log ? d - std::log(sum[k].data[o[1]])
+                                : std::exp(d) / sum[k].data[o[1]];
+    });
+  }
+}
+
+void softmaxRowsBackward(KernelCtx &ctx, const TensorMap &dxMap,
+                         const std::vector<Buf *> &dx, bool log) {
+  const OpSemantics &sem = ctx.op.sem;
+  std::vector<bool> keep = rowsKeep(sem);
+  TensorMap rows = loopSubsetMap(sem, keep);
+  // s = sum of dy * y (softmax) or of dy (log-softmax), per row.
+  std::vector<Buf> s = rowBufs(ctx, keep, 0);
+  auto iter = [&](Task &t, size_t k) {
+    return PointIter(sem, {{&dxMap, dx[k]->box},
+                           {&rows, s[k].box},
+                           {&sem.outputs[0], t.out[0].box}});
+  };
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, k).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]];
+      s[k].data[o[1]] += log ? dy : dy * t.out[0].data[o[2]];
+    });
+  }
+  allReduce(ctx, keep, s, Combine::Sum);
+  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+    Task &t = ctx.tasks[k];
+    iter(t, k).run(t.loops, [&](const int64_t *o) {
+      float dy = t.gout[0].data[o[2]], y = t.out[0].data[o[2]];
+      dx[k]->data[o[0]] +=
+          log ? dy - std::exp(y) * s[k].data[o[1]] : y * (dy - s[k].data[o[1]]);
+    });
+  }
+}
 
 const Kernel *findNormKernel(llvm::StringRef kind) {
   if (kind == "BatchNormalization" || kind == "LayerNormalization")

@@ -336,7 +336,13 @@ void Fuser::groupElementwise() {
     if (root.outputs.empty() || root.outputs[0] == kNoValue)
       continue;
     const std::vector<int64_t> shape = g_.value(root.outputs[0]).shape.dims;
-    if (!candidate(root, shape))
+    // A softmax over the last axis takes its element-wise prologue (the
+    // scale and mask of attention scores) into one kernel, as Megatron-LM's
+    // FusedScaleMaskSoftmax does.
+    bool softmax = root.kind == "Softmax" && free(root.id) &&
+                   isFloating(g_.value(root.outputs[0]).dtype) &&
+                   root.getInt("axis", -1) == int64_t(shape.size()) - 1;
+    if (!softmax && !candidate(root, shape))
       continue;
     std::set<OpId> members{root.id};
     std::priority_queue<OpId> todo;
@@ -411,7 +417,7 @@ Op Fuser::elementwiseOp(const std::vector<OpId> &members, Graph &ng,
                         const std::function<ValueId(ValueId)> &map) const {
   const Op &root = g_.op(members.back());
   Op op;
-  op.kind = "FusedElementwise";
+  op.kind = root.kind == "Softmax" ? "FusedSoftmax" : "FusedElementwise";
   op.name = root.name + "/Fused";
   for (int k = 1; ng.findOp(op.name) >= 0 || g_.findOp(op.name) >= 0; ++k)
     op.name = root.name + "/Fused_" + std::to_string(k);
@@ -446,6 +452,8 @@ Op Fuser::elementwiseOp(const std::vector<OpId> &members, Graph &ng,
     kinds += (j ? "," : "") + m.kind;
   }
   op.attrs["members"] = int64_t(members.size());
+  if (root.kind == "Softmax")
+    op.attrs["axis"] = root.getInt("axis", -1);
   op.attrs["kinds"] = kinds;
   for (ValueId v : external)
     op.inputs.push_back(map(v));

@@ -7,6 +7,7 @@
 #include "OpBuilder.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace soap {
 namespace detail {
@@ -196,9 +197,74 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
   return b.finish();
 }
 
+/// A softmax over the last axis with its element-wise prologue (the scale
+/// and mask of attention scores: Megatron-LM's FusedScaleMaskSoftmax):
+/// the members' encoding of FusedElementwise, the last a Softmax. It reads
+/// its inputs once and writes the probabilities once, and keeps the
+/// probabilities (what the softmax's backward needs); the prologue's
+/// inputs only where a member's derivative needs values (a product of two
+/// activations, a non-linear map), not for a scale by a constant or a
+/// constant mask.
+llvm::Expected<OpSemantics> buildFusedSoftmax(const Op &op, const Graph &g) {
+  SemBuilder b(op, g);
+  auto loops = broadcastLoops(b, b.numIn());
+  if (!loops)
+    return loops.takeError();
+  int64_t members = op.getInt("members", 0);
+  int64_t rank = int64_t(loops->size());
+  int64_t axis = op.getInt("axis", rank - 1);
+  if (members < 2 || axis != rank - 1 ||
+      op.getString("m" + std::to_string(members - 1) + ".kind", "") !=
+          "Softmax")
+    return inputError("FusedSoftmax needs a prologue and a last-axis "
+                      "Softmax as its last member");
+  b.sem.loops[size_t((*loops)[size_t(axis)])].statReduced = true;
+  double fwd = 5, bwd = 3;
+  bool needsValues = false;
+  int masks = 0;
+  for (int64_t j = 0; j + 1 < members; ++j) {
+    std::string pre = "m" + std::to_string(j) + ".";
+    std::string kind = op.getString(pre + "kind", "");
+    double f = 0, bw = 0;
+    char saves = '-';
+    if (!eltSpecCosts(kind, f, bw, saves))
+      return inputError("member {} of kind '{}' is not element-wise", j, kind);
+    fwd += f;
+    bwd += bw;
+    int activations = 0, operands = 0;
+    for (int64_t ref : op.getInts(pre + "in")) {
+      if (ref == std::numeric_limits<int64_t>::min())
+        continue;
+      ++operands;
+      const Value *v = ref >= 0 ? b.in(size_t(ref)) : nullptr;
+      activations += ref < 0 || (v && v->isActivationLike());
+    }
+    if (kind == "Dropout")
+      masks += op.getInt(pre + "training_mode", 0) != 0 &&
+               op.getFloat(pre + "ratio", 0.5) > 0;
+    else if ((saves == 'i' || saves == 'o' || saves == 'm') &&
+             (operands == 1 || activations > 1))
+      needsValues = true;
+  }
+  b.flops(Pass::Forward, fwd, b.allLoops());
+  b.flops(Pass::BackwardData, bwd, b.allLoops());
+  b.saveOutput(0);
+  if (needsValues)
+    for (size_t i = 0; i < b.numIn(); ++i)
+      if (b.in(i) && b.in(i)->isActivationLike())
+        b.saveInput(int(i));
+  if (masks > 0)
+    b.sem.savedExtraBytes.push_back({double(masks), b.allLoops()});
+  return b.finish();
+}
+
 } // namespace
 
 void registerFusedOps(OpRegistry &r) {
+  r.add({"FusedSoftmax",
+         "a last-axis softmax with its element-wise prologue (scale, mask) "
+         "as one kernel (soapc --kernels fused|no-flash)",
+         buildFusedSoftmax, {}, false, {}});
   r.add({"FlashAttention",
          "softmax(scale * Q Kᵀ + mask) V with dropout, as one kernel that "
          "keeps no scores (soapc --kernels fused)",

@@ -215,8 +215,8 @@ std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
 bool isAttentionOp(const Op &op) {
   if (op.kind == "FlashAttention")
     return true;
-  return op.kind == "Softmax" && op.sem.loops.size() == 4 &&
-         op.getInt("axis", -1) == 3;
+  return (op.kind == "Softmax" || op.kind == "FusedSoftmax") &&
+         op.sem.loops.size() == 4 && op.getInt("axis", -1) == 3;
 }
 
 std::vector<OpId> transformerLayerStarts(const Graph &g) {

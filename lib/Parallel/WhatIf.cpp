@@ -88,7 +88,8 @@ int64_t headsOf(const Op &op) {
   for (const LoopDim &l : op.sem.loops)
     if (l.name == "h")
       return l.size;
-  if (op.kind == "Softmax" && op.sem.loops.size() == 4)
+  if ((op.kind == "Softmax" || op.kind == "FusedSoftmax") &&
+      op.sem.loops.size() == 4)
     return op.sem.loops[1].size;
   return 0;
 }

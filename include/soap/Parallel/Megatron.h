@@ -43,8 +43,8 @@ std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);
 /// no layer stack or `stages` does not divide its layers.
 std::vector<int32_t> layerStages(const Graph &g, int32_t stages);
 
-/// The transformer layers of `g`: per attention (FlashAttention, or an
-/// eager graph's Softmax over the last axis of a [batch, heads, q, k]
+/// The transformer layers of `g`: per attention (FlashAttention, or a
+/// Softmax or FusedSoftmax over the last axis of a [batch, heads, q, k]
 /// tensor), the first op of its layer, ascending; the first is 0. Empty
 /// when the graph has no attention or no layer stack.
 std::vector<OpId> transformerLayerStarts(const Graph &g);

@@ -3,7 +3,9 @@
 // the other; FlashAttention computes softmax(scale Q Kᵀ + mask) V as a
 // direct computation in double does, for permuted layouts, a causal mask
 // and an added mask; backward of both matches the finite differences of
-// forward along a random direction.
+// forward along a random direction. A FusedSoftmax (scale, mask, softmax)
+// computes what its eager members compute, forward and backward, also
+// with its softmax axis split over two tiles.
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
 #include "Exec/Kernels.h"
@@ -250,5 +252,214 @@ TEST_CASE("Exec fused kernels: FlashAttention against a direct computation, "
         }
     CHECK(worst < 1e-5);
     checkGradient(b.g, op, rng);
+  }
+}
+
+namespace {
+
+/// A whole constant as a buffer.
+Buf constantBuf(const Value &val) {
+  Buf b;
+  b.reset(Box::full(val.shape.dims));
+  for (size_t k = 0; k < b.size(); ++k)
+    b.data[k] = float(val.data.size() == 1 ? val.data[0] : val.data[k]);
+  return b;
+}
+
+/// Rows of the tasks of one op split in two along its last loop: the
+/// exchange sums (or takes the maximum of) the two tasks' row buffers, as
+/// the Runner does among the tiles that share a row.
+class TwoTiles : public StatsExchange {
+public:
+  void allReduce(const std::vector<bool> &, std::vector<Buf *> &rows,
+                 Combine c) override {
+    REQUIRE(rows.size() == 2);
+    for (size_t k = 0; k < rows[0]->size(); ++k) {
+      float &a = rows[0]->data[k], &b = rows[1]->data[k];
+      a = c == Combine::Max ? std::max(a, b) : a + b;
+      b = a;
+    }
+  }
+  void allGather(const std::vector<bool> &, int, std::vector<Buf *> &,
+                 bool) override {}
+};
+
+/// Forward and backward of `op` as two tasks split in half along its last
+/// loop; the outputs and input gradients assembled over the whole tensors.
+void runSplit(const Graph &g, const Op &op, const std::vector<Buf> &in,
+              const std::vector<float> &gout, Buf &out, std::vector<Buf> &gin) {
+  std::vector<Task> ts(2);
+  Box full = op.sem.fullTile();
+  size_t last = full.rank() - 1;
+  int64_t half = full.hi[last] / 2;
+  Box outFull = op.sem.outputRegion(0, full);
+  for (size_t k = 0; k < 2; ++k) {
+    Task &t = ts[k];
+    t.loops = full;
+    (k ? t.loops.lo : t.loops.hi)[last] = half;
+    for (size_t i = 0; i < in.size(); ++i) {
+      Buf b;
+      b.reset(op.sem.inputRegion(int(i), t.loops));
+      if (b.box.lo == in[i].box.lo && b.box.hi == in[i].box.hi) {
+        t.in.push_back(in[i]); // a scalar, or not indexed by the split
+        continue;
+      }
+      forEachIndex(b.box, in[i].box.hi, [&](int64_t flat, int64_t off) {
+        b.data[size_t(off)] = in[i].data[size_t(flat)];
+      });
+      t.in.push_back(std::move(b));
+    }
+    t.out.resize(1);
+    t.out[0].reset(op.sem.outputRegion(0, t.loops));
+  }
+  TwoTiles two;
+  KernelCtx ctx{g, op, ts, two, 3, 1};
+  findKernel(op.kind)->forward(ctx);
+  for (Task &t : ts) {
+    t.gout.assign(1, Buf());
+    t.gout[0].reset(t.out[0].box);
+    forEachIndex(t.gout[0].box, outFull.hi, [&](int64_t flat, int64_t off) {
+      t.gout[0].data[size_t(off)] = gout[size_t(flat)];
+    });
+    t.gin.assign(op.inputs.size(), Buf());
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (isFloating(g.value(op.inputs[i]).dtype) &&
+          g.value(op.inputs[i]).kind != ValueKind::Constant)
+        t.gin[i].reset(t.in[i].box);
+  }
+  findKernel(op.kind)->backward(ctx);
+  out.reset(outFull);
+  gin.assign(in.size(), Buf());
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!ts[0].gin[i].data.empty())
+      gin[i].reset(in[i].box);
+  for (Task &t : ts) {
+    forEachIndex(t.out[0].box, outFull.hi, [&](int64_t flat, int64_t off) {
+      out.data[size_t(flat)] = t.out[0].data[size_t(off)];
+    });
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!t.gin[i].data.empty())
+        forEachIndex(t.gin[i].box, in[i].box.hi,
+                     [&](int64_t flat, int64_t off) {
+                       gin[i].data[size_t(flat)] += t.gin[i].data[size_t(off)];
+                     });
+  }
+}
+
+float maxDiff(const Buf &a, const Buf &b) {
+  REQUIRE(a.size() == b.size());
+  float worst = 0;
+  for (size_t k = 0; k < a.size(); ++k)
+    worst = std::max(worst, std::fabs(a.data[k] - b.data[k]));
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("Exec fused kernels: a FusedSoftmax op computes what its eager "
+          "members (scale, mask, softmax) compute, forward and backward, "
+          "whole and with its axis split",
+          "[exec][kernels][fused]") {
+  for (std::string mask : {"where", "add"}) {
+    INFO(mask);
+    // Attention scores [n=2, h=3, q=5, k=6]: Mul by a scalar scale, then
+    // Where(causal, x, fill) or Add(x, mask [2, 1, 1, 6]), then Softmax.
+    test::GraphBuilder b;
+    std::vector<int64_t> shape{2, 3, 5, 6};
+    ValueId x = b.input(shape);
+    ValueId scale = b.constant({}, ValueKind::Constant, {0.35});
+    ValueId s = b.op("Mul", {x, scale}, {shape})[0];
+    ValueId m;
+    if (mask == "where") {
+      std::vector<double> causal;
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 6; ++j)
+          causal.push_back(j <= i + 1);
+      ValueId c = b.constant({5, 6}, ValueKind::Constant, causal, DType::Bool);
+      ValueId fill =
+          b.constant({}, ValueKind::Constant, {-3.4028234663852886e38});
+      m = b.op("Where", {c, s, fill}, {shape})[0];
+    } else {
+      m = b.op("Add", {s, b.input({2, 1, 1, 6})}, {shape})[0];
+    }
+    b.op("Softmax", {m}, {shape}, {{"axis", int64_t(3)}});
+    test::requireOk(b.g.computeSemantics());
+    auto f = fuseKernels(b.g, nullptr, KernelMode::NoFlash);
+    REQUIRE(errorMessage(f.takeError()) == "");
+    REQUIRE((*f)->numOps() == 1);
+    const Op &op = (*f)->op(0);
+    REQUIRE(op.kind == "FusedSoftmax");
+    CHECK(op.getString("kinds", "") ==
+          (mask == "where" ? "Mul,Where,Softmax" : "Mul,Add,Softmax"));
+    CHECK(errorMessage(findKernel(op.kind)->check(**f, op)) == "");
+    CHECK(op.sem.loops[3].statReduced);
+
+    Rng rng(17, mask);
+    std::vector<Buf> in;
+    std::map<std::string, Buf> vals;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      in.push_back(inputOf(**f, op, i, rng));
+      vals[(*f)->value(op.inputs[i]).name] = in.back();
+    }
+    std::vector<float> r(size_t(2 * 3 * 5 * 6));
+    for (float &v : r)
+      v = float(2 * rng.uniformReal() - 1);
+
+    // Eager: each member forward in turn, then backward in reverse, the
+    // gradients of the values by name.
+    std::vector<std::vector<Buf>> eagerIn;
+    for (const Op &e : b.g.ops()) {
+      std::vector<Buf> ein;
+      for (ValueId v : e.inputs) {
+        const Value &val = b.g.value(v);
+        auto it = vals.find(val.name);
+        ein.push_back(it != vals.end() ? it->second : constantBuf(val));
+      }
+      vals[b.g.value(e.outputs[0]).name] = run(b.g, e, ein).out[0];
+      eagerIn.push_back(std::move(ein));
+    }
+    std::map<std::string, std::vector<float>> grads;
+    grads[b.g.value(b.g.op(2).outputs[0]).name] = r;
+    for (size_t o = b.g.numOps(); o-- > 0;) {
+      const Op &e = b.g.op(OpId(o));
+      Task et = run(b.g, e, eagerIn[o], &grads[b.g.value(e.outputs[0]).name]);
+      for (size_t i = 0; i < e.inputs.size(); ++i) {
+        if (et.gin[i].data.empty())
+          continue;
+        std::vector<float> &gi = grads[b.g.value(e.inputs[i]).name];
+        gi.resize(et.gin[i].size(), 0.0f);
+        for (size_t k = 0; k < gi.size(); ++k)
+          gi[k] += et.gin[i].data[k];
+      }
+    }
+    const Buf &eagerOut = vals[b.g.value(b.g.op(2).outputs[0]).name];
+
+    Task t = run(**f, op, in, &r);
+    CHECK(maxDiff(t.out[0], eagerOut) <= 1e-6f);
+    size_t grads0 = 0;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::string &name = (*f)->value(op.inputs[i]).name;
+      if (t.gin[i].data.empty()) {
+        CHECK(grads.count(name) == 0);
+        continue;
+      }
+      ++grads0;
+      Buf eg;
+      eg.reset(t.gin[i].box);
+      eg.data.assign(grads[name].begin(), grads[name].end());
+      INFO("input " << name);
+      CHECK(maxDiff(t.gin[i], eg) <= 1e-6f);
+    }
+    CHECK(grads0 == (mask == "add" ? 2u : 1u));
+    checkGradient(**f, op, rng);
+
+    // The softmax axis split over two tiles: the row statistics combined.
+    Buf out;
+    std::vector<Buf> gin;
+    runSplit(**f, op, in, r, out, gin);
+    CHECK(maxDiff(out, t.out[0]) <= 1e-6f);
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (!t.gin[i].data.empty())
+        CHECK(maxDiff(gin[i], t.gin[i]) <= 1e-6f);
   }
 }

@@ -45,7 +45,10 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
                        out->fallback);
   else if (out->timedOut || out->budgetEnded)
     how += fmt::format(", {} after {}: the best plan so far", ended, limit);
-  llvm::outs() << fmt::format(
+  // With the plan on stdout (-o -), everything else goes to stderr, so
+  // that stdout is the plan's JSON alone.
+  llvm::raw_ostream &os = d.outputPath == "-" ? llvm::errs() : llvm::outs();
+  os << fmt::format(
       "searcher: {} ({})\n"
       "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"
       "speedup over data parallel: {}\n"

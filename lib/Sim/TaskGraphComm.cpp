@@ -161,6 +161,20 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
   int64_t eb = dtypeBytes(v.dtype);
   bool grad = std::find(c.sem.gradInputs.begin(), c.sem.gradInputs.end(),
                         ed.input) != c.sem.gradInputs.end();
+  // A value that several ops of a later pipeline stage read sends its
+  // gradient back once: autograd sums the readers' gradients on their
+  // stage, and the first reader in op order (whose backward runs last)
+  // sends the sum; the others send nothing across the stages.
+  const Pipeline &pipe = strategy_.pipeline;
+  if (grad && pipe.stage(ed.producer) != pipe.stage(ed.consumer))
+    for (OpId u : v.users) {
+      if (u >= ed.consumer || pipe.stage(u) != pipe.stage(ed.consumer))
+        continue;
+      const Op &uo = ctx_->graph.op(u);
+      for (int i : uo.sem.gradInputs)
+        if (uo.inputs[size_t(i)] == p.outputs[ed.output])
+          grad = false;
+    }
   std::string k;
   k.reserve(512 + 4 * (pc.devices.size() + cc.devices.size()));
   put(k, m);

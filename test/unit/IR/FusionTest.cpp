@@ -89,15 +89,19 @@ TEST_CASE("fusion groups element-wise chains", "[IR][fusion]") {
                                        "Mul,Mul");
   // One pass over [2, 1024, 3072]: it reads the matmul's output, the bias
   // and four scalar constants and writes its output, nothing in between.
-  std::vector<DType> f32s(3, DType::F32);
+  // Element types per operand (every one f32 in this import).
+  auto f32In = [](const Op &op) {
+    return std::vector<DType>(op.inputs.size(), DType::F32);
+  };
+  std::vector<DType> f32Out(1, DType::F32);
   Box t = gelu.sem.fullTile();
-  CHECK(gelu.sem.tileBytes(Pass::Forward, t, f32s, f32s) ==
+  CHECK(gelu.sem.tileBytes(Pass::Forward, t, f32In(gelu), f32Out) ==
         int64_t(2) * 1024 * 3072 * 4 * 2 + 3072 * 4 + 4 * 4);
   CHECK(gelu.sem.weightInputs.size() == 1); // the bias
   // The residual add: its dropout mask is the only thing it saves.
   const Op &res = fg.op(fg.findOp("/h.0/Add_3/Fused"));
   CHECK(res.getString("kinds", "") == "Add,Dropout,Add");
-  CHECK(res.sem.savedBytes(res.sem.fullTile(), f32s, f32s) ==
+  CHECK(res.sem.savedBytes(res.sem.fullTile(), f32In(res), f32Out) ==
         int64_t(2) * 1024 * 768);
 }
 

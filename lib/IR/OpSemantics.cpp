@@ -269,8 +269,12 @@ int64_t OpSemantics::exchangeElements(int l, const Box &tile) const {
 }
 
 std::vector<int> OpSemantics::reducedLoops(int j) const {
+  return loopsMissingFrom(outputs[j]);
+}
+
+std::vector<int> OpSemantics::loopsMissingFrom(const TensorMap &map) const {
   std::vector<bool> used(loops.size(), false);
-  for (const DimMap &m : outputs[j].dims)
+  for (const DimMap &m : map.dims)
     for (const IndexTerm &t : m.terms)
       used[t.loop] = true;
   std::vector<int> out;

@@ -143,6 +143,65 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
   return b.finish();
 }
 
+/// What the element-wise members [0, count) of a fused op cost and what
+/// their backward needs: FLOPs per point, dropout masks (a byte per point
+/// each), Relu signs, and whether it reads the members' values.
+/// `byOperands`: a member needs values only when its derivative does (a
+/// non-linear unary map, a product of two activations), not a scale by a
+/// constant or a constant mask; otherwise every member whose eager op
+/// saves values does.
+struct ChainCosts {
+  double fwd = 0, bwd = 0;
+  bool needsValues = false;
+  int masks = 0, signs = 0;
+};
+
+llvm::Expected<ChainCosts> chainCosts(const SemBuilder &b, const Op &op,
+                                      int64_t count, bool byOperands) {
+  ChainCosts c;
+  for (int64_t j = 0; j < count; ++j) {
+    std::string pre = "m" + std::to_string(j) + ".";
+    std::string kind = op.getString(pre + "kind", "");
+    double f = 0, bw = 0;
+    char saves = '-';
+    if (!eltSpecCosts(kind, f, bw, saves))
+      return inputError("member {} of kind '{}' is not element-wise", j, kind);
+    c.fwd += f;
+    c.bwd += bw;
+    if (kind == "Dropout") {
+      c.masks += op.getInt(pre + "training_mode", 0) != 0 &&
+                 op.getFloat(pre + "ratio", 0.5) > 0;
+      continue;
+    }
+    if (!byOperands) {
+      if (saves == 'm')
+        ++c.signs; // a Relu's sign, a byte per point, as the eager op keeps
+      else if (saves == 'i' || saves == 'o')
+        c.needsValues = true;
+      continue;
+    }
+    int activations = 0, operands = 0;
+    for (int64_t ref : op.getInts(pre + "in")) {
+      if (ref == std::numeric_limits<int64_t>::min())
+        continue;
+      ++operands;
+      const Value *v = ref >= 0 ? b.in(size_t(ref)) : nullptr;
+      activations += ref < 0 || (v && v->isActivationLike());
+    }
+    if ((saves == 'i' || saves == 'o' || saves == 'm') &&
+        (operands == 1 || activations > 1))
+      c.needsValues = true;
+  }
+  return c;
+}
+
+/// Saves every activation input (the values a chain runs again from).
+void saveActivationInputs(SemBuilder &b) {
+  for (size_t i = 0; i < b.numIn(); ++i)
+    if (b.in(i) && b.in(i)->isActivationLike())
+      b.saveInput(int(i));
+}
+
 llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
                                                   const Graph &g) {
   SemBuilder b(op, g);
@@ -153,30 +212,13 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
   if (members < 2)
     return inputError("FusedElementwise has {} members; it needs at least 2",
                       members);
-  double fwd = 0, bwd = 0;
-  bool needsValues = false;
-  int masks = 0, signs = 0;
-  for (int64_t j = 0; j < members; ++j) {
-    std::string pre = "m" + std::to_string(j) + ".";
-    std::string kind = op.getString(pre + "kind", "");
-    double f = 0, bw = 0;
-    char saves = '-';
-    if (!eltSpecCosts(kind, f, bw, saves))
-      return inputError("member {} of kind '{}' is not element-wise", j, kind);
-    fwd += f;
-    bwd += bw;
-    if (kind == "Dropout")
-      masks += op.getInt(pre + "training_mode", 0) != 0 &&
-               op.getFloat(pre + "ratio", 0.5) > 0;
-    else if (saves == 'm')
-      ++signs; // a Relu's sign, a byte per point, as the eager op keeps
-    else if (saves == 'i' || saves == 'o')
-      needsValues = true;
-  }
-  if (fwd > 0)
-    b.flops(Pass::Forward, fwd, b.allLoops());
-  if (bwd > 0)
-    b.flops(Pass::BackwardData, bwd, b.allLoops());
+  auto c = chainCosts(b, op, members, /*byOperands=*/false);
+  if (!c)
+    return c.takeError();
+  if (c->fwd > 0)
+    b.flops(Pass::Forward, c->fwd, b.allLoops());
+  if (c->bwd > 0)
+    b.flops(Pass::BackwardData, c->bwd, b.allLoops());
   for (size_t i = 0; i < b.numIn(); ++i)
     if (b.in(i) && b.in(i)->kind == ValueKind::Weight) {
       b.flops(Pass::BackwardWeight, 1, b.allLoops());
@@ -185,13 +227,10 @@ llvm::Expected<OpSemantics> buildFusedElementwise(const Op &op,
   // Backward runs the chain again from its inputs (what a fused epilogue
   // such as Megatron's bias-GELU keeps), and reads each dropout's mask and
   // each Relu's sign (a byte per point each).
-  if (needsValues)
-    for (size_t i = 0; i < b.numIn(); ++i)
-      if (b.in(i) && b.in(i)->isActivationLike())
-        b.saveInput(int(i));
+  if (c->needsValues)
+    saveActivationInputs(b);
   // The signs come from the values when those are kept.
-  if (!needsValues)
-    masks += signs;
+  int masks = c->masks + (c->needsValues ? 0 : c->signs);
   if (masks > 0)
     b.sem.savedExtraBytes.push_back({double(masks), b.allLoops()});
   return b.finish();
@@ -219,42 +258,17 @@ llvm::Expected<OpSemantics> buildFusedSoftmax(const Op &op, const Graph &g) {
     return inputError("FusedSoftmax needs a prologue and a last-axis "
                       "Softmax as its last member");
   b.sem.loops[size_t((*loops)[size_t(axis)])].statReduced = true;
-  double fwd = 5, bwd = 3;
-  bool needsValues = false;
-  int masks = 0;
-  for (int64_t j = 0; j + 1 < members; ++j) {
-    std::string pre = "m" + std::to_string(j) + ".";
-    std::string kind = op.getString(pre + "kind", "");
-    double f = 0, bw = 0;
-    char saves = '-';
-    if (!eltSpecCosts(kind, f, bw, saves))
-      return inputError("member {} of kind '{}' is not element-wise", j, kind);
-    fwd += f;
-    bwd += bw;
-    int activations = 0, operands = 0;
-    for (int64_t ref : op.getInts(pre + "in")) {
-      if (ref == std::numeric_limits<int64_t>::min())
-        continue;
-      ++operands;
-      const Value *v = ref >= 0 ? b.in(size_t(ref)) : nullptr;
-      activations += ref < 0 || (v && v->isActivationLike());
-    }
-    if (kind == "Dropout")
-      masks += op.getInt(pre + "training_mode", 0) != 0 &&
-               op.getFloat(pre + "ratio", 0.5) > 0;
-    else if ((saves == 'i' || saves == 'o' || saves == 'm') &&
-             (operands == 1 || activations > 1))
-      needsValues = true;
-  }
-  b.flops(Pass::Forward, fwd, b.allLoops());
-  b.flops(Pass::BackwardData, bwd, b.allLoops());
+  // The softmax's own 5 and 3 FLOPs per point.
+  auto c = chainCosts(b, op, members - 1, /*byOperands=*/true);
+  if (!c)
+    return c.takeError();
+  b.flops(Pass::Forward, 5 + c->fwd, b.allLoops());
+  b.flops(Pass::BackwardData, 3 + c->bwd, b.allLoops());
   b.saveOutput(0);
-  if (needsValues)
-    for (size_t i = 0; i < b.numIn(); ++i)
-      if (b.in(i) && b.in(i)->isActivationLike())
-        b.saveInput(int(i));
-  if (masks > 0)
-    b.sem.savedExtraBytes.push_back({double(masks), b.allLoops()});
+  if (c->needsValues)
+    saveActivationInputs(b);
+  if (c->masks > 0)
+    b.sem.savedExtraBytes.push_back({double(c->masks), b.allLoops()});
   return b.finish();
 }
 

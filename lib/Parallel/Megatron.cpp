@@ -187,6 +187,16 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
   return configs;
 }
 
+std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
+                                            const Pipeline &pipeline,
+                                            int32_t t, int64_t d) {
+  std::vector<OpConfig> configs = megatronGroupConfigs(g, t, d);
+  for (const Op &op : g.ops())
+    for (DeviceId &dev : configs[size_t(op.id)].devices)
+      dev += DeviceId(pipeline.stage(op.id) * d * t);
+  return configs;
+}
+
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
   std::vector<double> flops;
   double total = 0;
@@ -293,10 +303,7 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (p > 1)
     s.pipeline.stageOf = layerStages(g, p);
-  s.configs = megatronGroupConfigs(g, t, d);
-  for (const Op &op : g.ops())
-    for (DeviceId &dev : s.configs[size_t(op.id)].devices)
-      dev += DeviceId(s.pipeline.stage(op.id) * d * t);
+  s.configs = megatronStagedConfigs(g, s.pipeline, t, d);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

@@ -69,17 +69,20 @@ llvm::Expected<bool> flag(llvm::StringRef what, llvm::StringRef key,
   return inputError("--strategy {}: {}={} must be 0 or 1", what, key, value);
 }
 
-llvm::Expected<RecomputeMode> recomputeMode(llvm::StringRef what,
-                                            llvm::StringRef value) {
+/// The `recompute` key, shared by every what-if.
+llvm::Error setRecompute(llvm::StringRef what, llvm::StringRef value,
+                         RecomputeMode &out) {
   if (value == "none")
-    return RecomputeMode::None;
-  if (value == "selective")
-    return RecomputeMode::Selective;
-  if (value == "full")
-    return RecomputeMode::Full;
-  return inputError("--strategy {}: recompute={} must be none, selective or "
-                    "full",
-                    what, value);
+    out = RecomputeMode::None;
+  else if (value == "selective")
+    out = RecomputeMode::Selective;
+  else if (value == "full")
+    out = RecomputeMode::Full;
+  else
+    return inputError("--strategy {}: recompute={} must be none, selective or "
+                      "full",
+                      what, value);
+  return llvm::Error::success();
 }
 
 /// Heads of an attention op: FlashAttention's "h" loop, or an eager
@@ -147,13 +150,8 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
           (key == "sp" ? c.sp : c.distopt) = *f;
           return llvm::Error::success();
         }
-        if (key == "recompute") {
-          auto r = recomputeMode(what, value);
-          if (!r)
-            return r.takeError();
-          c.recompute = *r;
-          return llvm::Error::success();
-        }
+        if (key == "recompute")
+          return setRecompute(what, value, c.recompute);
         auto v = positive(what, key, value);
         if (!v)
           return v.takeError();
@@ -183,13 +181,8 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
   const char *what = "fsdp";
   auto err = forEachKey(
       what, keys, [&](llvm::StringRef key, llvm::StringRef value) -> llvm::Error {
-        if (key == "recompute") {
-          auto r = recomputeMode(what, value);
-          if (!r)
-            return r.takeError();
-          c.recompute = *r;
-          return llvm::Error::success();
-        }
+        if (key == "recompute")
+          return setRecompute(what, value, c.recompute);
         auto v = positive(what, key, value);
         if (!v)
           return v.takeError();
@@ -275,10 +268,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (c.pp > 1)
     s.pipeline.stageOf = layerStages(g, c.pp);
-  s.configs = megatronGroupConfigs(g, c.tp, dp);
-  for (const Op &op : g.ops())
-    for (DeviceId &dev : s.configs[size_t(op.id)].devices)
-      dev += DeviceId(s.pipeline.stage(op.id) * dp * c.tp);
+  s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp);
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));

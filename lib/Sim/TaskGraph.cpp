@@ -265,14 +265,6 @@ std::vector<int64_t> groupTiles(const OpConfig &c,
   return group;
 }
 
-bool indexesLoop(const TensorMap &m, int l) {
-  for (const DimMap &d : m.dims)
-    for (const IndexTerm &t : d.terms)
-      if (t.loop == l && t.coeff != 0)
-        return true;
-  return false;
-}
-
 std::vector<DeviceId> devicesOf(const OpConfig &c,
                                 const std::vector<int64_t> &tiles) {
   std::vector<DeviceId> devs;
@@ -497,8 +489,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         continue;
       std::vector<bool> free(op.sem.loops.size(), false);
       bool split = false;
-      for (size_t l = 0; l < op.sem.loops.size(); ++l)
-        if (c.degree[l] > 1 && !indexesLoop(op.sem.inputs[size_t(gi)], int(l)))
+      for (int l : op.sem.loopsMissingFrom(op.sem.inputs[size_t(gi)]))
+        if (c.degree[l] > 1)
           free[l] = split = true;
       if (!split)
         continue;

@@ -238,17 +238,16 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
     // (TaskGraph::buildOp): a producer task takes it from one of them, the
     // one on its own device when there is one.
     std::map<std::vector<int64_t>, std::vector<int64_t>> readers;
-    if (grad)
+    std::vector<const std::vector<int64_t> *> readersOf(static_cast<size_t>(ctiles));
+    if (grad) {
       for (int64_t t = 0; t < ctiles; ++t) {
         std::vector<int64_t> b = cbox[t].lo;
         b.insert(b.end(), cbox[t].hi.begin(), cbox[t].hi.end());
-        readers[b].push_back(t);
+        auto &same = readers[b];
+        same.push_back(t);
+        readersOf[size_t(t)] = &same; // std::map keeps its nodes in place
       }
-    auto firstReader = [&](int64_t kc) {
-      std::vector<int64_t> b = cbox[kc].lo;
-      b.insert(b.end(), cbox[kc].hi.begin(), cbox[kc].hi.end());
-      return readers[b];
-    };
+    }
     for (const auto &[boxKey, members] : sources) {
       const Box &pb = pbox[members[0]];
       for (int64_t kc : index.candidates(pb)) {
@@ -274,7 +273,7 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
           continue;
         // Backward: every producer task needs the gradient of its region,
         // from one reader of each summed region.
-        const std::vector<int64_t> &same = firstReader(kc);
+        const std::vector<int64_t> &same = *readersOf[size_t(kc)];
         bool summed = same.size() > 1;
         for (int64_t kp : members)
           for (int32_t rp = 0; rp < prep; ++rp) {

@@ -18,10 +18,6 @@ std::vector<int64_t> groupTiles(const OpConfig &c,
                                 const std::vector<bool> &free,
                                 int64_t &numGroups);
 
-/// Whether loop `l` appears in map `m` (a tile's region of the tensor
-/// depends on its range of `l`).
-bool indexesLoop(const TensorMap &m, int l);
-
 /// The distinct devices, ascending, that run any replica of `tiles`.
 std::vector<DeviceId> devicesOf(const OpConfig &c,
                                 const std::vector<int64_t> &tiles);

@@ -153,6 +153,10 @@ struct OpSemantics {
   /// Loops that do not index output `j`: splitting one makes the output a
   /// partial sum (a Reduction dim, or a loss's sample dim).
   std::vector<int> reducedLoops(int j) const;
+  /// Loops missing from `map`: tiles that differ only in them address the
+  /// same region of its tensor (for an input, their gradients of it are
+  /// partial sums).
+  std::vector<int> loopsMissingFrom(const TensorMap &map) const;
   /// Elements of the state a recurrence over loop `l` (exchangeSteps > 0)
   /// reads at one step for `tile`: all of `l` times the tile's extent in
   /// every other splittable loop.

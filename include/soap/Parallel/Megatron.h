@@ -33,6 +33,12 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
 std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
                                            int64_t d);
 
+/// megatronGroupConfigs for every stage of `pipeline`: each op's group is
+/// the t x d devices of its stage, stages on consecutive device ranges.
+std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
+                                            const Pipeline &pipeline,
+                                            int32_t t, int64_t d);
+
 /// The ops' stages for `stages` contiguous stages of about equal forward
 /// FLOPs, in op (topological) order.
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);

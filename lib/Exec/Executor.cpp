@@ -781,7 +781,13 @@ void Runner::backward(OpId o) {
             isFloating(g_.value(op.inputs[i]).dtype))
           roundStored(t.gin[i]);
   returnWeights(o);
-  accumulateGradients(o);
+  // zb-h1: the weight gradients are summed in the stage's weight item
+  // (runItem), after the backwards its schedule runs first; the kernels
+  // compute them here, with the input gradients (soap-run's kernels have
+  // one backward entry), and the op's tasks hold them until then.
+  bool apart = s_.pipeline.splitsWeightGrad();
+  if (!apart)
+    accumulateGradients(o);
   // Nothing after this op's backward reads its operands (its consumers
   // have run both passes), only the gradients it gave its activation
   // inputs and a loss's value: free the rest, so a step's memory peaks
@@ -796,7 +802,8 @@ void Runner::backward(OpId o) {
       t.out.clear();
     for (size_t i = 0; i < op.inputs.size(); ++i)
       if (op.inputs[i] != kNoValue &&
-          g_.value(op.inputs[i]).kind != ValueKind::Activation)
+          g_.value(op.inputs[i]).kind != ValueKind::Activation &&
+          !(apart && g_.value(op.inputs[i]).kind == ValueKind::Weight))
         t.gin[i] = Buf();
   }
 }
@@ -825,18 +832,20 @@ void Runner::sendForward(int32_t stage) {
   }
 }
 
-llvm::Error Runner::runItem(int32_t stage, bool backwardPass) {
+llvm::Error Runner::runItem(int32_t stage, PipePass pass) {
   const Pipeline &pipe = s_.pipeline;
   auto one = [&](OpId o) -> llvm::Error {
     if (pipe.stage(o) != stage)
       return llvm::Error::success();
-    if (backwardPass)
+    if (pass == PipePass::Forward)
+      forward(o);
+    else if (pass == PipePass::Backward)
       backward(o);
     else
-      forward(o);
+      accumulateGradients(o);
     return backendError(o);
   };
-  if (!backwardPass) {
+  if (pass == PipePass::Forward) {
     for (const Op &op : g_.ops())
       if (auto err = one(op.id))
         return err;
@@ -878,16 +887,18 @@ llvm::Error Runner::runStep() {
     std::fill(recomputed_[size_t(mb)].begin(), recomputed_[size_t(mb)].end(),
               0);
   }
-  // Each stage's items in its schedule's order (all forwards then all
-  // backwards under GPipe; 1F1B's warm-up, steady state and drain), run
-  // as soon as the previous stage's forward (the next stage's backward)
-  // of the micro-batch has run: every stage holds the micro-batches its
-  // schedule holds, and every rank walks the same sequence.
-  std::vector<std::vector<std::pair<int32_t, bool>>> order(
-      static_cast<size_t>(S));
-  for (int32_t s = 0; s < S; ++s)
-    order[size_t(s)] = pipe.order(s);
-  std::vector<size_t> next(size_t(S), 0);
+  // Each device group's items in its schedule's order (all forwards then
+  // all backwards under GPipe; 1F1B's warm-up, steady state and drain,
+  // interleaved over the group's stages; zb-h1's delayed weight
+  // gradients), each run as soon as the previous stage's forward (the next
+  // stage's backward, the stage's own backward) of the micro-batch has run:
+  // every group holds the micro-batches its schedule holds, and every rank
+  // walks the same sequence.
+  int32_t G = pipe.numGroups();
+  std::vector<std::vector<PipeItem>> order(static_cast<size_t>(G));
+  for (int32_t grp = 0; grp < G; ++grp)
+    order[size_t(grp)] = pipe.order(grp);
+  std::vector<size_t> next(size_t(G), 0);
   std::vector<std::vector<uint8_t>> fwd(size_t(S),
                                         std::vector<uint8_t>(size_t(m), 0));
   std::vector<std::vector<uint8_t>> bwd = fwd;
@@ -896,19 +907,30 @@ llvm::Error Runner::runStep() {
     left += o.size();
   while (left > 0) {
     bool progress = false;
-    for (int32_t s = 0; s < S; ++s) {
-      while (next[size_t(s)] < order[size_t(s)].size()) {
-        auto [mb, back] = order[size_t(s)][next[size_t(s)]];
-        bool ready = back ? fwd[size_t(s)][size_t(mb)] &&
-                                (s + 1 == S || bwd[size_t(s + 1)][size_t(mb)])
-                          : s == 0 || fwd[size_t(s - 1)][size_t(mb)];
+    for (int32_t grp = 0; grp < G; ++grp) {
+      while (next[size_t(grp)] < order[size_t(grp)].size()) {
+        const PipeItem &it = order[size_t(grp)][next[size_t(grp)]];
+        size_t s = size_t(it.stage), mb = size_t(it.microBatch);
+        bool ready = false;
+        switch (it.pass) {
+        case PipePass::Forward:
+          ready = s == 0 || fwd[s - 1][mb];
+          break;
+        case PipePass::Backward:
+          ready = fwd[s][mb] && (s + 1 == size_t(S) || bwd[s + 1][mb]);
+          break;
+        case PipePass::Weight:
+          ready = bwd[s][mb];
+          break;
+        }
         if (!ready)
           break;
-        mb_ = mb;
-        if (auto err = runItem(s, back))
+        mb_ = it.microBatch;
+        if (auto err = runItem(it.stage, it.pass))
           return err;
-        (back ? bwd : fwd)[size_t(s)][size_t(mb)] = 1;
-        ++next[size_t(s)];
+        if (it.pass != PipePass::Weight)
+          (it.pass == PipePass::Backward ? bwd : fwd)[s][mb] = 1;
+        ++next[size_t(grp)];
         --left;
         progress = true;
       }

@@ -129,8 +129,9 @@ private:
   /// stages read are sent to them at once (the receivers hold them, as
   /// the simulator's receive buffers; the sender frees them).
   void sendForward(int32_t stage);
-  /// One micro-batch's forward (or backward) of the ops of `stage`.
-  llvm::Error runItem(int32_t stage, bool backwardPass);
+  /// One micro-batch's forward, backward or (zb-h1) weight-gradient sums
+  /// of the ops of `stage`.
+  llvm::Error runItem(int32_t stage, PipePass pass);
   /// Every micro-batch of a step, each stage's work in its schedule's
   /// order, interleaved across stages as their dependencies allow.
   llvm::Error runStep();

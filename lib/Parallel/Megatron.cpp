@@ -193,7 +193,7 @@ std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
   std::vector<OpConfig> configs = megatronGroupConfigs(g, t, d);
   for (const Op &op : g.ops())
     for (DeviceId &dev : configs[size_t(op.id)].devices)
-      dev += DeviceId(pipeline.stage(op.id) * d * t);
+      dev += DeviceId(pipeline.group(pipeline.stage(op.id)) * d * t);
   return configs;
 }
 

@@ -24,10 +24,13 @@ llvm::StringRef recomputeModeName(RecomputeMode r) {
 }
 
 std::string MegatronConfig::str() const {
-  return fmt::format("tp={},pp={},vp={},cp={},mbs={},sp={},recompute={},"
-                     "distopt={}",
-                     tp, pp, vp, cp, mbs, int(sp),
-                     recomputeModeName(recompute).str(), int(distopt));
+  std::string s = fmt::format("tp={},pp={},vp={},cp={},mbs={},sp={},"
+                              "recompute={},distopt={}",
+                              tp, pp, vp, cp, mbs, int(sp),
+                              recomputeModeName(recompute).str(), int(distopt));
+  if (schedule != PipelineSchedule::OneFOneB)
+    s += fmt::format(",schedule={}", scheduleName(schedule).str());
+  return s;
 }
 
 namespace {
@@ -152,6 +155,15 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
         }
         if (key == "recompute")
           return setRecompute(what, value, c.recompute);
+        if (key == "schedule") {
+          auto sc = parseSchedule(value);
+          if (!sc)
+            return inputError("--strategy megatron: schedule={} must be "
+                              "1f1b, zb-h1 or gpipe",
+                              value);
+          c.schedule = *sc;
+          return llvm::Error::success();
+        }
         auto v = positive(what, key, value);
         if (!v)
           return v.takeError();
@@ -166,7 +178,8 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
           c.mbs = *v;
         } else {
           return inputError("--strategy megatron: unknown key '{}' (keys: tp, "
-                            "pp, vp, cp, mbs, sp, recompute, distopt)",
+                            "pp, vp, cp, mbs, sp, recompute, distopt, "
+                            "schedule)",
                             key);
         }
         return llvm::Error::success();
@@ -213,8 +226,14 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                       "yet",
                       key, feature);
   };
-  if (c.vp > 1)
-    return lacks(fmt::format("vp={}", c.vp), "interleaved pipeline stages");
+  if (c.vp > 1 && c.pp < 2)
+    return inputError("--strategy megatron: vp={} interleaves the stages of "
+                      "a pipeline; it needs pp > 1",
+                      c.vp);
+  if (c.vp > 1 && c.schedule != PipelineSchedule::OneFOneB)
+    return inputError("--strategy megatron: vp={} runs the interleaved 1F1B "
+                      "schedule, not schedule={}",
+                      c.vp, scheduleName(c.schedule));
   if (c.cp > 1)
     return lacks(fmt::format("cp={}", c.cp), "context parallelism");
   if (c.sp)
@@ -241,6 +260,10 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: pp={} does not divide the "
                       "model's {} layers",
                       c.pp, layers);
+  if (c.vp > 1 && (layers == 0 || layers % (int64_t(c.pp) * c.vp) != 0))
+    return inputError("--strategy megatron: pp={} x vp={} does not divide "
+                      "the model's {} transformer layers",
+                      c.pp, c.vp, layers);
   if (layers == 0 && size_t(c.pp) > g.numOps())
     return inputError("--strategy megatron: pp={} is more than the model's "
                       "{} ops",
@@ -263,11 +286,18 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: {} micro-batches are too many",
                       m);
 
+  if (c.vp > 1 && m % c.pp != 0)
+    return inputError("--strategy megatron: the interleaved schedule needs "
+                      "the {} micro-batches (batch {} / (dp={} x mbs={})) to "
+                      "be a multiple of pp={}",
+                      m, batch, dp, c.mbs, c.pp);
+
   Strategy s;
   s.pipeline.microBatches = int32_t(m);
-  s.pipeline.schedule = PipelineSchedule::OneFOneB;
+  s.pipeline.schedule = c.schedule;
+  s.pipeline.chunks = c.vp;
   if (c.pp > 1)
-    s.pipeline.stageOf = layerStages(g, c.pp);
+    s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
   s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp);
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   if (auto err = verifyStrategy(s, g, topo))

@@ -43,7 +43,7 @@ bool Plan::operator==(const Plan &o) const {
          topologyName == o.topologyName && numDevices == o.numDevices &&
          deviceType == o.deviceType && figures == o.figures &&
          microBatches == o.microBatches && schedule == o.schedule &&
-         ops == o.ops;
+         chunks == o.chunks && ops == o.ops;
 }
 
 PlanFigures planFigures(const SimMetrics &m, int64_t batch,
@@ -77,6 +77,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
   p.figures = std::move(figures);
   p.microBatches = s.pipeline.microBatches;
   p.schedule = s.pipeline.schedule;
+  p.chunks = s.pipeline.chunks;
   for (const Op &op : g.ops()) {
     const OpConfig &c = s.configs[op.id];
     assert(c.degree.size() == op.sem.loops.size() && "unverified strategy");
@@ -132,6 +133,8 @@ Json planToJson(const Plan &p) {
   j["pipeline"] = {{"micro_batches", p.microBatches},
                    {"schedule", scheduleName(p.schedule).str()},
                    {"stages", stages}};
+  if (p.chunks > 1)
+    j["pipeline"]["virtual_stages"] = p.chunks;
   Json ops = Json::array();
   for (const PlanOp &po : p.ops) {
     Json loops = Json::object();
@@ -476,8 +479,9 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
   // Version 1 plans had no pipeline: one stage, one micro-batch.
   if (version >= 2) {
     SOAP_PLAN_TRY(pipe, r_.object(j, "", "pipeline"));
-    if (auto err = knownKeys(*pipe, "/pipeline",
-                             {"micro_batches", "schedule", "stages"}))
+    if (auto err = knownKeys(
+            *pipe, "/pipeline",
+            {"micro_batches", "schedule", "stages", "virtual_stages"}))
       return err;
     SOAP_PLAN_TRY(m, r_.integer(*pipe, "/pipeline", "micro_batches", 1));
     if (m > std::numeric_limits<int32_t>::max())
@@ -485,12 +489,24 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     p.microBatches = static_cast<int32_t>(m);
     SOAP_PLAN_TRY(sched, r_.string(*pipe, "/pipeline", "schedule"));
     auto sc = parseSchedule(sched);
-    if (!sc)
+    if (!sc || (version < 3 && *sc == PipelineSchedule::ZbH1))
       return r_.error("/pipeline/schedule",
                       fmt::format("unknown schedule \"{}\"; expected "
-                                  "\"1f1b\" or \"gpipe\"",
-                                  sched));
+                                  "\"1f1b\", \"gpipe\"{}",
+                                  sched,
+                                  version < 3 ? " (zb-h1 from version 3)"
+                                              : " or \"zb-h1\""));
     p.schedule = *sc;
+    if (pipe->contains("virtual_stages")) {
+      if (version < 3)
+        return r_.error("/pipeline/virtual_stages",
+                        "a version 2 plan has no virtual stages");
+      SOAP_PLAN_TRY(v,
+                    r_.integer(*pipe, "/pipeline", "virtual_stages", 2));
+      if (v > std::numeric_limits<int32_t>::max())
+        return r_.error("/pipeline/virtual_stages", "out of range");
+      p.chunks = static_cast<int32_t>(v);
+    }
   } else if (j.contains("pipeline")) {
     return r_.error("/pipeline", "a version 1 plan has no pipeline");
   }
@@ -527,6 +543,11 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
       return r_.error(
           "/pipeline/stages",
           fmt::format("{} stages declared, the ops use {}", declared, stages));
+    if (stages % p.chunks != 0)
+      return r_.error("/pipeline/virtual_stages",
+                      fmt::format("{} stages do not divide into {} virtual "
+                                  "stages per device group",
+                                  stages, p.chunks));
   }
   return p;
 }

@@ -78,6 +78,7 @@ void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
   s.pipeline = Pipeline();
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;
+  s.pipeline.chunks = p.chunks;
   bool staged = false;
   for (const PlanOp &po : p.ops)
     staged |= po.stage > 0;

@@ -10,10 +10,12 @@ namespace soap {
 
 std::vector<DeviceRange> stageDeviceRanges(const Strategy &s,
                                            size_t numDevices) {
-  std::vector<DeviceRange> g(size_t(s.pipeline.numStages()),
+  // Per device group (a stage's own with one model chunk per group).
+  const Pipeline &pl = s.pipeline;
+  std::vector<DeviceRange> g(size_t(pl.numGroups()),
                              {std::numeric_limits<DeviceId>::max(), 0});
   for (size_t o = 0; o < s.configs.size(); ++o) {
-    auto &r = g[size_t(s.pipeline.stage(OpId(o)))];
+    auto &r = g[size_t(pl.group(pl.stage(OpId(o))))];
     for (DeviceId d : s.configs[o].devices) {
       r.first = std::min(r.first, d);
       r.second = std::max(r.second, d);
@@ -30,7 +32,12 @@ std::vector<DeviceRange> stageDeviceRanges(const Strategy &s,
     g.back().second =
         std::max(g.back().second, DeviceId(numDevices - 1));
   }
-  return g;
+  if (pl.chunks <= 1)
+    return g;
+  std::vector<DeviceRange> stages;
+  for (int32_t st = 0; st < pl.numStages(); ++st)
+    stages.push_back(g[size_t(pl.group(st))]);
+  return stages;
 }
 
 bool placeInRange(DeviceRange range, OpConfig &c) {
@@ -160,7 +167,17 @@ std::optional<Strategy> pipelineMove(const Strategy &cur, const Graph &g,
   Strategy s = cur;
   Pipeline &pl = s.pipeline;
   int32_t stages = pl.numStages();
-  size_t kind = stages == 1 ? 0 : rng.uniform(3);
+  size_t kind = stages == 1 ? 0 : rng.uniform(4);
+  if (kind == 3) {
+    // The schedule: 1F1B and zb-h1 (one model chunk per group; the
+    // interleaved order is 1F1B's).
+    if (pl.chunks > 1 || pl.schedule == PipelineSchedule::GPipe)
+      return std::nullopt;
+    pl.schedule = pl.schedule == PipelineSchedule::ZbH1
+                      ? PipelineSchedule::OneFOneB
+                      : PipelineSchedule::ZbH1;
+    return s;
+  }
   if (kind == 0) {
     if (rng.uniform(2) == 0)
       pl.microBatches *= 2;
@@ -171,7 +188,8 @@ std::optional<Strategy> pipelineMove(const Strategy &cur, const Graph &g,
     return s;
   }
   if (kind == 2)
-    return moveStageDevices(cur, g, space, ranges, rng);
+    return pl.chunks > 1 ? std::nullopt
+                         : moveStageDevices(cur, g, space, ranges, rng);
   int32_t b = int32_t(rng.uniform(size_t(stages - 1))); // b | b + 1
   size_t n = s.configs.size();
   // The last op of stage b, or the first of stage b + 1.

@@ -567,44 +567,52 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   return llvm::Error::success();
 }
 
-/// The schedule of pipeline stage `s` (Pipeline::order): a zero-time gate
-/// between consecutive items (a micro-batch's forward or backward of every
-/// op of the stage), so the stage runs them in the planned order.
-void TaskGraph::buildStage(int32_t s, std::vector<TaskId> &owned) {
+/// The schedule of pipeline device group `grp` (Pipeline::order): a
+/// zero-time gate between consecutive items (a micro-batch's forward,
+/// backward or weight gradients of every op of one of the group's stages),
+/// so the group runs them in the planned order.
+void TaskGraph::buildStage(int32_t grp, std::vector<TaskId> &owned) {
   const Pipeline &p = strategy_.pipeline;
   if (!p.active())
     return;
-  std::vector<OpId> ops;
+  std::vector<std::vector<OpId>> ops(size_t(p.numStages()));
   for (const Op &op : ctx_->graph.ops())
-    if (p.stage(op.id) == s)
-      ops.push_back(op.id);
-  auto items = p.order(s);
-  auto tasksOf = [&](std::pair<int32_t, bool> item) {
+    if (p.group(p.stage(op.id)) == grp)
+      ops[size_t(p.stage(op.id))].push_back(op.id);
+  bool apart = p.splitsWeightGrad();
+  auto tasksOf = [&](const PipeItem &item) {
     std::vector<TaskId> ts;
-    for (OpId o : ops) {
-      const OpConfig &c = strategy_.configs[o];
-      int64_t per = c.numTasks();
-      const std::vector<TaskId> &v =
-          item.second ? opTasks_[o].bwd : opTasks_[o].fwd;
-      ts.insert(ts.end(), v.begin() + item.first * per,
-                v.begin() + (item.first + 1) * per);
-      // A backward item ends with its weight gradients.
+    int32_t mb = item.microBatch;
+    for (OpId o : ops[size_t(item.stage)]) {
       const OpTasks &ot = opTasks_[o];
-      if (item.second && ot.splitWeight)
-        ts.insert(ts.end(),
-                  ot.wgrad.begin() + item.first * per * int64_t(ot.weightsPer),
-                  ot.wgrad.begin() +
-                      (item.first + 1) * per * int64_t(ot.weightsPer));
+      int64_t per = strategy_.configs[o].numTasks();
+      if (item.pass != PipePass::Weight) {
+        const std::vector<TaskId> &v =
+            item.pass == PipePass::Backward ? ot.bwd : ot.fwd;
+        ts.insert(ts.end(), v.begin() + mb * per, v.begin() + (mb + 1) * per);
+      }
+      // The weight gradients end a backward item, or are one of their own.
+      bool weights = apart ? item.pass == PipePass::Weight
+                           : item.pass == PipePass::Backward;
+      if (weights && ot.splitWeight)
+        ts.insert(ts.end(), ot.wgrad.begin() + mb * per * int64_t(ot.weightsPer),
+                  ot.wgrad.begin() + (mb + 1) * per * int64_t(ot.weightsPer));
     }
     return ts;
   };
-  std::vector<TaskId> prev = tasksOf(items[0]);
-  for (size_t i = 1; i < items.size(); ++i) {
+  std::vector<PipeItem> items = p.order(grp);
+  std::vector<TaskId> prev;
+  size_t i = 0;
+  for (; i < items.size() && prev.empty(); ++i)
+    prev = tasksOf(items[i]);
+  for (; i < items.size(); ++i) {
     std::vector<TaskId> cur = tasksOf(items[i]);
+    if (cur.empty())
+      continue; // nothing to order (a stage's ops without weights)
     Task g;
     g.kind = TaskKind::Gate;
-    g.key = key(TaskKind::Gate, uint32_t(s), uint32_t(i), 0);
-    g.microBatch = items[i].first;
+    g.key = key(TaskKind::Gate, uint32_t(grp), uint32_t(i), 0);
+    g.microBatch = items[i].microBatch;
     TaskId id = newTask(std::move(g));
     owned.push_back(id);
     for (TaskId t : prev)
@@ -643,6 +651,24 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
           {val.producer, val.producerOutput, c.id, static_cast<int>(i)});
     }
   }
+  // An edge into a later stage may take an earlier reader's transfers
+  // (sharedForward): that reader's changes rebuild it too.
+  if (s.pipeline.numStages() > 1)
+    for (size_t e = 0; e < tg.edges_.size(); ++e) {
+      const Edge &ed = tg.edges_[e];
+      if (s.pipeline.stage(ed.producer) == s.pipeline.stage(ed.consumer))
+        continue;
+      std::set<OpId> earlier;
+      for (size_t f : tg.edgesOfOp_[ed.producer])
+        if (f < e && tg.edges_[f].producer == ed.producer &&
+            tg.edges_[f].output == ed.output &&
+            tg.edges_[f].consumer != ed.consumer &&
+            s.pipeline.stage(tg.edges_[f].consumer) ==
+                s.pipeline.stage(ed.consumer))
+          earlier.insert(tg.edges_[f].consumer);
+      for (OpId u : earlier)
+        tg.edgesOfOp_[size_t(u)].push_back(e);
+    }
   tg.weights_.assign(weights.begin(), weights.end());
   tg.weightedPos_.assign(g.numOps(), -1);
   for (const Op &o : g.ops())
@@ -800,9 +826,9 @@ llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
   }
   for (ValueId w : tg.weights_)
     tg.buildWeight(w, tg.weightTasks_[w]);
-  tg.stageTasks_.resize(size_t(s.pipeline.numStages()));
-  for (int32_t st = 0; st < s.pipeline.numStages(); ++st)
-    tg.buildStage(st, tg.stageTasks_[size_t(st)]);
+  tg.stageTasks_.resize(size_t(s.pipeline.numGroups()));
+  for (int32_t grp = 0; grp < s.pipeline.numGroups(); ++grp)
+    tg.buildStage(grp, tg.stageTasks_[size_t(grp)]);
   tg.predsChanged_.clear();
   tg.mirrorMemory();
   return built;
@@ -833,7 +859,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   std::set<ValueId> ws = weightsTouching(o);
   std::vector<TaskId> touched;
   predsChanged_.clear();
-  size_t st = size_t(pipe.stage(o));
+  size_t st = size_t(pipe.group(pipe.stage(o)));
   if (pipe.active()) {
     for (TaskId t : stageTasks_[st])
       removeTask(t, touched, removedReady);
@@ -927,7 +953,7 @@ std::vector<TaskId> TaskGraph::segmentTasks(OpId o) const {
   }
   if (strategy_.pipeline.active()) {
     const std::vector<TaskId> &g =
-        stageTasks_[size_t(strategy_.pipeline.stage(o))];
+        stageTasks_[size_t(strategy_.pipeline.group(strategy_.pipeline.stage(o)))];
     ids.insert(ids.end(), g.begin(), g.end());
   }
   return ids;

@@ -5,6 +5,7 @@
 #include "soap/Sim/TaskGraph.h"
 
 #include <algorithm>
+#include <map>
 
 namespace soap {
 
@@ -316,6 +317,36 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
   return edgePlans_.emplace(std::move(k), std::move(plan)).first->second;
 }
 
+size_t TaskGraph::sharedForward(size_t e) const {
+  const Edge &ed = edges_[e];
+  const Pipeline &pipe = strategy_.pipeline;
+  int32_t st = pipe.stage(ed.consumer);
+  if (pipe.stage(ed.producer) == st)
+    return e;
+  const Graph &g = ctx_->graph;
+  const Op &c = g.op(ed.consumer);
+  std::string mine;
+  putLoops(mine, c.sem);
+  putMap(mine, c.sem.inputs[size_t(ed.input)]);
+  size_t first = e;
+  for (size_t f : edgesOfOp_[ed.producer]) {
+    if (f >= first)
+      continue;
+    const Edge &o = edges_[f];
+    if (o.producer != ed.producer || o.output != ed.output ||
+        o.consumer == ed.consumer || pipe.stage(o.consumer) != st ||
+        strategy_.configs[o.consumer] != strategy_.configs[ed.consumer])
+      continue;
+    const Op &u = g.op(o.consumer);
+    std::string theirs;
+    putLoops(theirs, u.sem);
+    putMap(theirs, u.sem.inputs[size_t(o.input)]);
+    if (theirs == mine)
+      first = f;
+  }
+  return first;
+}
+
 void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   const Edge &ed = edges_[e];
   const Op &p = ctx_->graph.op(ed.producer);
@@ -336,6 +367,17 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
   // The consumer's stage holds the receive buffers of its micro-batches in
   // flight.
   int32_t buffered = pipe.inFlight(pipe.stage(ed.consumer));
+  // A later stage receives an activation once however many of its ops
+  // read it (Megatron's p2p send of the hidden state, read by a layer's
+  // norm and its residual add): an edge whose consumer is configured as an
+  // earlier reader's, with the same region map, takes that reader's
+  // forward transfers instead of its own.
+  size_t owner = count ? e : sharedForward(e);
+  std::map<TaskKey, TaskId> received;
+  if (owner != e)
+    for (TaskId t : edgeTasks_[owner])
+      if (tasks_[t].alive && tasks_[t].kind == TaskKind::Transfer)
+        received.emplace(tasks_[t].key, t);
   for (const EdgeStep &st : plan->steps) {
     if (count) {
       *count += st.a != st.b;
@@ -355,14 +397,24 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
       link(from, to);
       continue;
     }
+    auto stepKey = [&](size_t edge) {
+      return key(TaskKind::Transfer, static_cast<uint32_t>(edge),
+                 (uint32_t(st.mb) << 17) | (uint32_t(st.dir) << 16) |
+                     static_cast<uint32_t>(st.r),
+                 (static_cast<uint64_t>(st.kp) << 32) |
+                     static_cast<uint64_t>(st.kc));
+    };
+    if (owner != e && st.dir == 0) {
+      auto it = received.find(stepKey(owner));
+      if (it != received.end()) {
+        link(it->second, to);
+        continue;
+      }
+    }
     DeviceId a = base + st.a, b = base + st.b;
     Task t;
     t.kind = TaskKind::Transfer;
-    t.key = key(TaskKind::Transfer, static_cast<uint32_t>(e),
-                (uint32_t(st.mb) << 17) | (uint32_t(st.dir) << 16) |
-                    static_cast<uint32_t>(st.r),
-                (static_cast<uint64_t>(st.kp) << 32) |
-                    static_cast<uint64_t>(st.kc));
+    t.key = stepKey(e);
     t.bytes = st.bytes;
     t.exe = transferTime(a, b, st.bytes);
     std::vector<uint32_t> route = routeResources(a, b);

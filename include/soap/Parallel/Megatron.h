@@ -34,7 +34,8 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
                                            int64_t d);
 
 /// megatronGroupConfigs for every stage of `pipeline`: each op's group is
-/// the t x d devices of its stage, stages on consecutive device ranges.
+/// the t x d devices of its stage's device group (Pipeline::group), groups
+/// on consecutive device ranges.
 std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
                                             const Pipeline &pipeline,
                                             int32_t t, int64_t d);

@@ -8,6 +8,7 @@
 #include "soap/IR/Graph.h"
 #include "soap/Machine/Topology.h"
 #include "llvm/Support/Error.h"
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,40 +57,73 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
 enum class PipelineSchedule : uint8_t {
   GPipe,    ///< every stage runs all forwards, then all backwards
   OneFOneB, ///< PipeDream-Flush / Megatron: warm-up forwards, then one
-            ///< forward and one backward in turn, then the drain
+            ///< forward and one backward in turn, then the drain; with
+            ///< several model chunks per device group, Megatron's
+            ///< interleaved 1F1B
+  ZbH1,     ///< zero-bubble H1 (Qi et al. 2024): 1F1B's forwards and
+            ///< backward-data, each stage's weight gradients delayed by its
+            ///< index so they fill the drain's bubbles
 };
 llvm::StringRef scheduleName(PipelineSchedule s);
-/// "gpipe" or "1f1b".
+/// "gpipe", "1f1b" or "zb-h1".
 std::optional<PipelineSchedule> parseSchedule(llvm::StringRef name);
 
-/// Pipeline parallelism and gradient accumulation (issue 16): the op graph
-/// cut into stages, contiguous in the graph's topological (op id) order,
-/// each on its own device group (the devices its ops' configurations use),
-/// and the per-iteration batch run as `microBatches` micro-batches whose
-/// weight gradients are summed before one synchronisation per iteration.
-/// Each op's configuration splits one micro-batch (its sample loop's tiles
-/// are of batch / (microBatches * degree) samples). One stage and one
-/// micro-batch is FlexFlow's SOAP strategy.
+/// One item of a device group's schedule: a micro-batch's forward,
+/// backward (with its weight gradients, unless the schedule runs those
+/// apart) or weight gradients (zb-h1) of every op of one stage.
+enum class PipePass : uint8_t { Forward, Backward, Weight };
+struct PipeItem {
+  int32_t stage = 0;
+  int32_t microBatch = 0;
+  PipePass pass = PipePass::Forward;
+  bool operator==(const PipeItem &o) const {
+    return stage == o.stage && microBatch == o.microBatch && pass == o.pass;
+  }
+};
+
+/// Pipeline parallelism and gradient accumulation: the op graph cut into
+/// stages, contiguous in the graph's topological (op id) order, and the
+/// per-iteration batch run as `microBatches` micro-batches whose weight
+/// gradients are summed before one synchronisation per iteration. Stage s
+/// runs on device group s % groups (groups = stages / chunks): with one
+/// chunk every stage has its own group; with v chunks (Megatron's virtual
+/// pipeline, --num-layers-per-virtual-pipeline-stage) each group holds v
+/// stages, the model's chunks g, g + groups, ..., and runs them in the
+/// interleaved 1F1B order. Each op's configuration splits one micro-batch
+/// (its sample loop's tiles are of batch / (microBatches * degree)
+/// samples). One stage and one micro-batch is FlexFlow's SOAP strategy.
 struct Pipeline {
   int32_t microBatches = 1;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// Model chunks (stages) per device group; 1: not interleaved.
+  int32_t chunks = 1;
   /// Per op, its stage (0-based, non-decreasing in op id); empty: one stage.
   std::vector<int32_t> stageOf;
 
   int32_t numStages() const;
+  /// Device groups: stages / chunks (verifyPipeline checks it divides).
+  int32_t numGroups() const { return std::max(1, numStages() / chunks); }
+  /// The device group of stage `s`.
+  int32_t group(int32_t s) const { return s % numGroups(); }
   int32_t stage(OpId o) const {
     return stageOf.empty() ? 0 : stageOf[size_t(o)];
   }
   /// Micro-batches or stages in use.
   bool active() const { return microBatches > 1 || numStages() > 1; }
-  /// Micro-batches whose activations stage `s` holds at once: all of them
-  /// under GPipe, min(m, stages - s) under 1F1B.
+  /// Whether weight gradients are items of their own (zb-h1).
+  bool splitsWeightGrad() const { return schedule == PipelineSchedule::ZbH1; }
+  /// Micro-batches whose activations stage `s` holds when its group holds
+  /// the most (a micro-batch is held from its forward to its backward, or
+  /// to its weight gradients under zb-h1): all of them under GPipe,
+  /// min(m, stages - s) under 1F1B, each stage's share of its group's peak
+  /// when interleaved, `groups` under zb-h1. Summed over a group's stages
+  /// it is the group's peak when its chunks are alike.
   int32_t inFlight(int32_t s) const;
-  /// The order stage `s` runs its work in: (micro-batch, backward?) pairs.
-  std::vector<std::pair<int32_t, bool>> order(int32_t s) const;
+  /// The order device group `grp` runs its items in.
+  std::vector<PipeItem> order(int32_t grp) const;
   bool operator==(const Pipeline &o) const {
     return microBatches == o.microBatches && schedule == o.schedule &&
-           stageOf == o.stageOf;
+           chunks == o.chunks && stageOf == o.stageOf;
   }
 };
 
@@ -193,7 +227,7 @@ std::vector<OpId> checkpointOps(const Graph &g);
 /// only each layer's input.
 std::vector<uint8_t> recomputePolicy(const Graph &g, bool full);
 
-/// The pipeline's part of verifyStrategy (stages, device groups,
+/// The pipeline's part of verifyStrategy (stages, device groups, chunks,
 /// micro-batch divisibility).
 llvm::Error verifyPipeline(const Strategy &s, const Graph &g);
 
@@ -212,8 +246,10 @@ Box microBatchTile(const OpConfig &c, const OpSemantics &sem, int64_t k,
                    int32_t mb, int32_t m);
 
 /// Every op configured and every configuration valid on `topo`; with a
-/// pipeline: stages contiguous and non-decreasing in op order, their device
-/// groups disjoint, every op with a sample loop that m x its degree divides.
+/// pipeline: stages contiguous and non-decreasing in op order, the device
+/// groups (stage % groups) disjoint, every op with a sample loop that m x
+/// its degree divides; interleaved: chunks dividing the stages, 1f1b, and
+/// m a multiple of the groups (Megatron's rule).
 llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                            const Topology &topo);
 

@@ -2,7 +2,7 @@
 // user already runs, written as Megatron-LM's or FSDP's settings, built into
 // a Strategy without a search:
 //   megatron:tp=T,pp=P,vp=V,cp=C,mbs=M,sp=0|1,recompute=none|selective|full,
-//            distopt=0|1
+//            distopt=0|1,schedule=1f1b|zb-h1|gpipe
 //   fsdp:zero=1|2|3,mbs=M,recompute=none|selective|full
 // dp is the rest of the devices, the model's batch is the global batch, and
 // the micro-batches per iteration are batch / (dp x mbs). A key the space
@@ -22,13 +22,17 @@ llvm::StringRef recomputeModeName(RecomputeMode r);
 struct MegatronConfig {
   int32_t tp = 1;         ///< --tensor-model-parallel-size
   int32_t pp = 1;         ///< --pipeline-model-parallel-size
-  int32_t vp = 1;         ///< layers per virtual stage -> chunks per device
+  int32_t vp = 1;         ///< --virtual-pipeline-model-parallel-size:
+                          ///< model chunks per pipeline rank
   int32_t cp = 1;         ///< --context-parallel-size
   int64_t mbs = 1;        ///< --micro-batch-size
   bool sp = false;        ///< --sequence-parallel
   bool distopt = false;   ///< --use-distributed-optimizer (ZeRO-1)
   RecomputeMode recompute = RecomputeMode::None; ///< --recompute-granularity
-  /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1".
+  /// 1f1b (interleaved when vp > 1), zb-h1 or gpipe.
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1", and
+  /// ",schedule=S" when not 1f1b.
   std::string str() const;
 };
 
@@ -58,8 +62,9 @@ std::vector<uint8_t> megatronSelectiveRecompute(const Graph &g);
 
 /// Megatron-LM's plan for `c`: tensor parallel (column/row splits, the
 /// vocabulary-parallel LM head and cross-entropy) over tp adjacent devices,
-/// pp stages of equal transformer layers (the embedding on the first, the
-/// LM head and loss on the last), 1F1B over batch / (dp x mbs)
+/// pp x vp stages of equal transformer layers (the embedding on the first,
+/// the LM head and loss on the last; stage s on pipeline rank s % pp), 1F1B
+/// (interleaved when vp > 1) or the schedule given over batch / (dp x mbs)
 /// micro-batches, the distributed optimizer as ZeRO-1, and Megatron's
 /// recomputation: selective = the core attention (FlashAttention, or in an
 /// eager graph every op without weights that saves something); full =

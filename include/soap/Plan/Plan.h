@@ -66,7 +66,7 @@ PlanFigures planFigures(const SimMetrics &m, int64_t batch,
 /// One op's configuration by names, so a plan survives re-import (op ids are
 /// positions and could shift) and reads well.
 /// The plan format this soapc writes; it reads 1 (no pipeline) to this.
-constexpr int64_t kPlanVersion = 2;
+constexpr int64_t kPlanVersion = 3;
 
 struct PlanOp {
   std::string name;
@@ -96,6 +96,8 @@ struct Plan {
   /// The pipeline (version 2; a version 1 plan reads as 1 and 1f1b).
   int32_t microBatches = 1;
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// Model chunks per device group (version 3; 1 before).
+  int32_t chunks = 1;
   std::vector<PlanOp> ops; ///< in the graph's op order
 
   bool operator==(const Plan &o) const;

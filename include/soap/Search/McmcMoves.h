@@ -19,7 +19,8 @@ namespace soap {
 /// A contiguous range of devices [first, second].
 using DeviceRange = std::pair<DeviceId, DeviceId>;
 
-/// Each stage's device range among `numDevices`: from the lowest to the
+/// Each stage's device range among `numDevices` (its device group's, shared
+/// by the group's model chunks when interleaved): from the lowest to the
 /// highest device its ops use, extended up to the next stage's first device
 /// (the first stage's down to device 0, the last stage's up to the last
 /// device), so that no device is left to no stage. A stage whose ops use
@@ -35,8 +36,10 @@ bool placeInRange(DeviceRange range, OpConfig &c);
 
 /// A stage boundary moved by one op (the op's configuration moved to the
 /// other stage's devices), or m doubled or halved; with more than one
-/// stage, one time in three the device count of two neighbouring stages
-/// instead (moveStageDevices). nullopt when the draw gives nothing valid.
+/// stage, one time in four each the device count of two neighbouring
+/// stages instead (moveStageDevices; not with several model chunks per
+/// device group) or the schedule switched between 1F1B and zb-h1 (one
+/// chunk per group). nullopt when the draw gives nothing valid.
 std::optional<Strategy> pipelineMove(const Strategy &cur, const Graph &g,
                                      const ConfigSpace &space,
                                      const std::vector<DeviceRange> &ranges,

@@ -390,6 +390,11 @@ private:
   /// its two configurations), from edgePlans_ when an edge with the same
   /// inputs was planned before (the repeated layers of a GPT).
   std::shared_ptr<const EdgePlan> edgePlan(size_t e, DeviceId base);
+  /// The edge whose forward transfers edge `e` takes (buildEdge): the first
+  /// edge from the same output into `e`'s consumer's later pipeline stage
+  /// whose consumer has the same configuration, loops and region map; `e`
+  /// itself when none is, or when `e` stays within a stage.
+  size_t sharedForward(size_t e) const;
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
   /// Removes weight `w`'s segment: its tasks and the memory it accounted.
   void removeWeight(ValueId w, std::vector<TaskId> &touched,
@@ -401,7 +406,8 @@ private:
   /// `o`'s weights waits for (two weighted ops earlier in the forward or
   /// backward order, in the same stage), or -1.
   OpId prefetchAnchor(OpId o, int dir) const;
-  void buildStage(int32_t stage, std::vector<TaskId> &owned);
+  /// The gates that order device group `grp`'s pipeline items.
+  void buildStage(int32_t grp, std::vector<TaskId> &owned);
   Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
   std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
   const std::vector<uint32_t> &ringResources(const std::vector<DeviceId> &g);
@@ -422,7 +428,7 @@ private:
   std::vector<std::vector<TaskId>> edgeTasks_;
   std::vector<ValueId> weights_; ///< weight values used by ops
   std::map<ValueId, std::vector<TaskId>> weightTasks_;
-  std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per stage
+  std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per group
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   /// Edge plans keyed by everything they depend on: both ops' loops, the
   /// producer's output map and the consumer's input map, the value's shape

@@ -80,11 +80,54 @@ TEST_CASE("megatron what-if builds Megatron's plan", "[Parallel][whatif]") {
   CHECK(s->zeroStage(g->findOp("/h.0/c_fc/MatMul")) == 1);
 }
 
+TEST_CASE("megatron what-if interleaves pp x vp stages over pp groups",
+          "[Parallel][whatif]") {
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto s = whatIfStrategy("megatron:pp=2,vp=2,mbs=1", *g, topo);
+  REQUIRE(bool(s));
+  const Pipeline &p = s->pipeline;
+  CHECK(p.chunks == 2);
+  CHECK(p.numStages() == 4);
+  CHECK(p.numGroups() == 2);
+  CHECK(p.microBatches == 2);
+  // Three layers per stage: layer 3 opens stage 1 (group 1), layer 6
+  // stage 2, back on group 0's devices; the LM head is on stage 3.
+  OpId l0 = g->findOp("/h.0/attn/qkv/MatMul");
+  OpId l3 = g->findOp("/h.3/attn/qkv/MatMul");
+  OpId l6 = g->findOp("/h.6/attn/qkv/MatMul");
+  OpId l11 = g->findOp("/h.11/attn/qkv/MatMul");
+  REQUIRE(l0 >= 0);
+  REQUIRE(l11 >= 0);
+  CHECK(p.stage(l0) == 0);
+  CHECK(p.stage(l3) == 1);
+  CHECK(p.stage(l6) == 2);
+  CHECK(p.stage(l11) == 3);
+  CHECK(s->configs[l6].deviceSet() == s->configs[l0].deviceSet());
+  CHECK(s->configs[l3].deviceSet() != s->configs[l0].deviceSet());
+  auto zb = whatIfStrategy("megatron:pp=2,schedule=zb-h1", *g, topo);
+  REQUIRE(bool(zb));
+  CHECK(zb->pipeline.schedule == PipelineSchedule::ZbH1);
+}
+
 TEST_CASE("megatron what-if refuses what it cannot build",
           "[Parallel][whatif]") {
   auto g = fusedGpt2(16);
   Topology topo = exampleTopology("dgx-h100-2");
-  CHECK(errorOf("megatron:tp=2,vp=2", *g, topo).find("vp=2 (interleaved") !=
+  CHECK(errorOf("megatron:tp=2,vp=2", *g, topo).find("it needs pp > 1") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:pp=2,vp=4", *g, topo)
+            .find("pp=2 x vp=4 does not divide the model's 12 transformer "
+                  "layers") != std::string::npos);
+  // 16 devices, pp 2: dp 8, 16 / 8 = 2 micro-batches of 1, a multiple of
+  // pp; mbs 2 leaves 1.
+  CHECK(errorOf("megatron:pp=2,vp=2,mbs=2", *g, topo)
+            .find("1 micro-batches (batch 16 / (dp=8 x mbs=2)) to be a "
+                  "multiple of pp=2") != std::string::npos);
+  CHECK(errorOf("megatron:pp=2,vp=2,schedule=zb-h1", *g, topo)
+            .find("runs the interleaved 1F1B schedule") != std::string::npos);
+  CHECK(errorOf("megatron:schedule=2f2b", *g, topo)
+            .find("schedule=2f2b must be 1f1b, zb-h1 or gpipe") !=
         std::string::npos);
   CHECK(errorOf("megatron:cp=2", *g, topo).find("context parallelism") !=
         std::string::npos);

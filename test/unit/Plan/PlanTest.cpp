@@ -166,7 +166,7 @@ TEST_CASE("plans record ops by name, split loops only", "[Plan]") {
   Plan plan = makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo));
   Json j = planToJson(plan);
   CHECK(j["format"] == "soapc-plan");
-  CHECK(j["version"] == 2);
+  CHECK(j["version"] == 3);
   CHECK(j["model"]["ops"] == g->numOps());
   CHECK(j["topology"]["name"] == "p100-4x4");
   CHECK(j["topology"]["devices"] == 16);
@@ -273,9 +273,9 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     CHECK(parseError(j) ==
           "p.json: /format: expected \"soapc-plan\", got \"soapc-profile\"");
     j = good;
-    j["version"] = 3;
-    CHECK(parseError(j) == "p.json: /version: unsupported plan version 3 "
-                           "(this soapc reads versions 1 to 2)");
+    j["version"] = 4;
+    CHECK(parseError(j) == "p.json: /version: unsupported plan version 4 "
+                           "(this soapc reads versions 1 to 3)");
     // Version 1 (no pipeline) is read as one stage, one micro-batch.
     j = good;
     j["version"] = 1;
@@ -290,9 +290,27 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     CHECK(parseError(j) == "p.json: /pipeline: a version 1 plan has no "
                            "pipeline");
     j = good;
+    j["pipeline"]["schedule"] = "zb-h2";
+    CHECK(parseError(j) == "p.json: /pipeline/schedule: unknown schedule "
+                           "\"zb-h2\"; expected \"1f1b\", \"gpipe\" or "
+                           "\"zb-h1\"");
+    // Version 2 knew neither zb-h1 nor virtual stages.
+    j["version"] = 2;
     j["pipeline"]["schedule"] = "zb-h1";
     CHECK(parseError(j) == "p.json: /pipeline/schedule: unknown schedule "
-                           "\"zb-h1\"; expected \"1f1b\" or \"gpipe\"");
+                           "\"zb-h1\"; expected \"1f1b\", \"gpipe\" "
+                           "(zb-h1 from version 3)");
+    j["pipeline"]["schedule"] = "1f1b";
+    j["pipeline"]["virtual_stages"] = 2;
+    CHECK(parseError(j) == "p.json: /pipeline/virtual_stages: a version 2 "
+                           "plan has no virtual stages");
+    j["version"] = 3;
+    CHECK(parseError(j) == "p.json: /pipeline/virtual_stages: 1 stages do "
+                           "not divide into 2 virtual stages per device "
+                           "group");
+    j["pipeline"]["virtual_stages"] = 1;
+    CHECK(parseError(j) == "p.json: /pipeline/virtual_stages: must be at "
+                           "least 2, got 1");
     j = good;
     j["pipeline"]["stages"] = 2;
     CHECK(parseError(j) == "p.json: /pipeline/stages: 2 stages declared, the "

@@ -97,11 +97,18 @@ TEST_CASE("a stage boundary move and a micro-batch move", "[Search][mcmc]") {
   Strategy s = f.pipelined(2, 2, PipelineSchedule::OneFOneB, 8);
   auto ranges = stageDeviceRanges(s, 16);
   Rng rng(5, "pipeline-move");
-  bool boundary = false, micro = false;
-  for (int k = 0; k < 60 && !(boundary && micro); ++k) {
+  bool boundary = false, micro = false, schedule = false;
+  for (int k = 0; k < 80 && !(boundary && micro && schedule); ++k) {
     auto next = pipelineMove(s, *f.g, space, ranges, rng);
     if (!next)
       continue;
+    if (next->pipeline.schedule != s.pipeline.schedule) {
+      schedule = true;
+      CHECK(next->pipeline.schedule == PipelineSchedule::ZbH1);
+      CHECK(next->configs == s.configs);
+      CHECK(next->pipeline.stageOf == s.pipeline.stageOf);
+      continue;
+    }
     size_t changedStages = 0;
     for (size_t o = 0; o < s.configs.size(); ++o)
       changedStages += next->pipeline.stageOf[o] != s.pipeline.stageOf[o];
@@ -120,4 +127,29 @@ TEST_CASE("a stage boundary move and a micro-batch move", "[Search][mcmc]") {
   }
   CHECK(boundary);
   CHECK(micro);
+  CHECK(schedule);
+}
+
+TEST_CASE("interleaved stages share their device group's range",
+          "[Search][mcmc]") {
+  Fixture f("transformer_small", 32, "p100-4x4");
+  Strategy s = f.pipelined(4, 4, PipelineSchedule::OneFOneB, 8);
+  s.pipeline.chunks = 2;
+  for (size_t o = 0; o < s.configs.size(); ++o)
+    for (DeviceId &d : s.configs[o].devices)
+      d = DeviceId(s.pipeline.group(s.pipeline.stage(OpId(o))) * 8 + d % 8);
+  auto ranges = stageDeviceRanges(s, 16);
+  REQUIRE(ranges.size() == 4);
+  CHECK(ranges[0] == DeviceRange{0, 7});
+  CHECK(ranges[1] == DeviceRange{8, 15});
+  CHECK(ranges[2] == ranges[0]);
+  CHECK(ranges[3] == ranges[1]);
+  // Device moves would split a group's chunks; the rest keep them whole.
+  ConfigSpace space(*f.g, f.topo, SpaceOptions());
+  Rng rng(3, "interleaved-move");
+  for (int k = 0; k < 40; ++k) {
+    auto next = pipelineMove(s, *f.g, space, ranges, rng);
+    if (next)
+      CHECK(f.verifyError(*next).find("groups") == std::string::npos);
+  }
 }

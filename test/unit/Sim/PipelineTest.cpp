@@ -4,46 +4,98 @@
 // strategies verifyStrategy refuses.
 #include "SimFixture.h"
 
+#include "soap/Parallel/Megatron.h"
+
 #include "soap/Support/Rng.h"
 #include <catch2/catch.hpp>
+#include <set>
 
 using namespace soap;
 using namespace soap::test;
+
+namespace {
+
+/// A group's order as "F0 B0 W0 ..." (pass and micro-batch), each item
+/// prefixed by its stage and ':' when `stages`.
+std::string orderStr(const Pipeline &p, int32_t grp, bool stages = false) {
+  std::string out;
+  for (const PipeItem &it : p.order(grp)) {
+    if (!out.empty())
+      out += ' ';
+    if (stages)
+      out += std::to_string(it.stage) + ':';
+    out += it.pass == PipePass::Forward    ? 'F'
+           : it.pass == PipePass::Backward ? 'B'
+                                           : 'W';
+    out += std::to_string(it.microBatch);
+  }
+  return out;
+}
+
+} // namespace
 
 TEST_CASE("1F1B and GPipe orders", "[Sim][pipeline]") {
   Pipeline p;
   p.microBatches = 4;
   p.stageOf = {0, 1, 2};
-  using Item = std::pair<int32_t, bool>;
   // The last stage alternates from the start; the first warms up with two.
-  CHECK(p.order(2) == std::vector<Item>{{0, false},
-                                        {0, true},
-                                        {1, false},
-                                        {1, true},
-                                        {2, false},
-                                        {2, true},
-                                        {3, false},
-                                        {3, true}});
-  CHECK(p.order(0) == std::vector<Item>{{0, false},
-                                        {1, false},
-                                        {2, false},
-                                        {0, true},
-                                        {3, false},
-                                        {1, true},
-                                        {2, true},
-                                        {3, true}});
+  CHECK(orderStr(p, 2) == "F0 B0 F1 B1 F2 B2 F3 B3");
+  CHECK(orderStr(p, 0) == "F0 F1 F2 B0 F3 B1 B2 B3");
   CHECK(p.inFlight(0) == 3);
   CHECK(p.inFlight(2) == 1);
   p.schedule = PipelineSchedule::GPipe;
   CHECK(p.inFlight(0) == 4);
-  CHECK(p.order(1).front() == Item{0, false});
-  CHECK(p.order(1)[4] == Item{0, true});
+  CHECK(orderStr(p, 1) == "F0 F1 F2 F3 B0 B1 B2 B3");
   // Fewer micro-batches than stages: every forward is a warm-up one.
   p.schedule = PipelineSchedule::OneFOneB;
   p.microBatches = 2;
   CHECK(p.inFlight(0) == 2);
-  CHECK(p.order(0) ==
-        std::vector<Item>{{0, false}, {1, false}, {0, true}, {1, true}});
+  CHECK(orderStr(p, 0) == "F0 F1 B0 B1");
+}
+
+TEST_CASE("interleaved 1F1B follows Megatron's order", "[Sim][pipeline]") {
+  // 2 device groups x 2 chunks: stages 0 and 2 on group 0, 1 and 3 on 1.
+  Pipeline p;
+  p.microBatches = 4;
+  p.chunks = 2;
+  p.stageOf = {0, 1, 2, 3};
+  REQUIRE(p.numGroups() == 2);
+  CHECK(p.group(2) == 0);
+  CHECK(p.group(3) == 1);
+  // Megatron's interleaved schedule for pipeline rank 0 of 2, 2 chunks,
+  // 4 micro-batches: (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 warm-up forwards,
+  // micro-batches in rounds of p = 2 per chunk; backwards from the last
+  // chunk.
+  CHECK(orderStr(p, 0, true) ==
+        "0:F0 0:F1 2:F0 2:F1 0:F2 2:B0 0:F3 2:B1 2:F2 0:B0 2:F3 0:B1 "
+        "2:B2 2:B3 0:B2 0:B3");
+  // Rank 1 warms up with (v - 1) p = 2.
+  CHECK(orderStr(p, 1, true) ==
+        "1:F0 1:F1 3:F0 3:B0 3:F1 3:B1 1:F2 1:B0 1:F3 1:B1 3:F2 3:B2 "
+        "3:F3 3:B3 1:B2 1:B3");
+  // Rank 0 peaks after 0:F2, chunk 0 holding 3 micro-batches and chunk 1
+  // two; rank 1 holds at most 3.
+  CHECK(p.inFlight(0) == 3);
+  CHECK(p.inFlight(2) == 2);
+  CHECK(p.inFlight(1) + p.inFlight(3) == 3);
+  // m == p: all forwards first (Megatron's all-warm-up case).
+  p.microBatches = 2;
+  CHECK(orderStr(p, 1, true) == "1:F0 1:F1 3:F0 3:F1 3:B0 3:B1 1:B0 1:B1");
+  CHECK(p.inFlight(1) + p.inFlight(3) == 4);
+}
+
+TEST_CASE("zb-h1 delays stage s's weight gradients by s micro-batches",
+          "[Sim][pipeline]") {
+  Pipeline p;
+  p.microBatches = 4;
+  p.schedule = PipelineSchedule::ZbH1;
+  p.stageOf = {0, 1, 2};
+  CHECK(orderStr(p, 0) == "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3");
+  CHECK(orderStr(p, 2) == "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3");
+  // Every stage holds as many micro-batches as the first (its activations
+  // until the weight gradients).
+  for (int32_t s = 0; s < 3; ++s)
+    CHECK(p.inFlight(s) == 3);
 }
 
 TEST_CASE("a pipeline's bubble and memory come out of the simulation",
@@ -111,11 +163,88 @@ TEST_CASE("gradient accumulation: one stage, m micro-batches, one sync",
   }
 }
 
+namespace {
+
+/// `s` (stages of 4 devices each) with 2 model chunks per device group:
+/// stage st moved onto group st % (stages / 2)'s devices.
+Strategy interleave(Strategy s) {
+  s.pipeline.chunks = 2;
+  for (OpConfig &c : s.configs)
+    for (DeviceId &d : c.devices) {
+      int32_t st = int32_t(d / 4);
+      d = DeviceId(s.pipeline.group(st) * 4 + d % 4);
+    }
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("interleaving and zb-h1 shorten the bubble", "[Sim][pipeline]") {
+  // mlp: a chain of large matmuls; 2 devices.
+  Fixture f("mlp", 2048, "dgx-h100-1");
+  Strategy plain = f.pipelined(2, 4, PipelineSchedule::OneFOneB, 1);
+  Strategy four = f.pipelined(4, 4, PipelineSchedule::OneFOneB, 1);
+  four.pipeline.chunks = 2;
+  for (size_t o = 0; o < four.configs.size(); ++o)
+    four.configs[o].devices = {
+        DeviceId(four.pipeline.group(four.pipeline.stage(OpId(o))))};
+  Strategy zb = plain;
+  zb.pipeline.schedule = PipelineSchedule::ZbH1;
+  SimMetrics p = f.run(plain), v = f.run(four), z = f.run(zb);
+  INFO("1f1b " << p.iterationTime << " interleaved " << v.iterationTime
+               << " zb-h1 " << z.iterationTime);
+  CHECK(v.iterationTime < p.iterationTime);
+  CHECK(z.iterationTime < p.iterationTime);
+  // zb-h1's second stage holds its activations until the delayed weight
+  // gradients: 2 micro-batches, 1F1B's first stage's count.
+  CHECK(z.memory[1].saved == 2 * p.memory[1].saved);
+}
+
+TEST_CASE("a later stage receives an activation once", "[Sim][pipeline]") {
+  // One device per stage: every edge between the stages is a transfer.
+  // GPT-2's pre-norm layers read the residual stream twice.
+  Fixture f("gpt2", 2, "dgx-h100-1");
+  Strategy s = f.pipelined(2, 2, PipelineSchedule::OneFOneB, 1);
+  // Cut between two layers, where the residual stream crosses.
+  s.pipeline.stageOf = layerStages(*f.g, 2);
+  for (size_t o = 0; o < s.configs.size(); ++o)
+    s.configs[o].devices = {DeviceId(s.pipeline.stage(OpId(o)))};
+  auto tg = TaskGraph::build(f.ctx, s);
+  REQUIRE(bool(tg));
+  // The values of stage 0 that stage 1 reads, and how many edges carry
+  // each forward.
+  std::set<ValueId> crossing;
+  size_t edges = 0;
+  for (const Op &op : f.g->ops())
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ValueId v = op.inputs[i];
+      if (v == kNoValue || f.g->value(v).producer < 0 ||
+          !op.sem.inputs[i].present ||
+          s.pipeline.stage(f.g->value(v).producer) == s.pipeline.stage(op.id))
+        continue;
+      crossing.insert(v);
+      ++edges;
+    }
+  REQUIRE(edges > crossing.size()); // the residual stream: norm and add
+  // Forward transfers (direction bit 16 of the key's b clear), one per
+  // value and micro-batch.
+  size_t forward = 0;
+  for (const Task &t : tg->tasks())
+    forward += t.alive && t.kind == TaskKind::Transfer &&
+               ((t.key.b >> 16) & 1) == 0;
+  CHECK(forward == crossing.size() * 2);
+}
+
 TEST_CASE("delta simulation equals full simulation under a pipeline",
           "[Sim][pipeline]") {
-  for (auto sched : {PipelineSchedule::OneFOneB, PipelineSchedule::GPipe}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    auto sched = variant == 1   ? PipelineSchedule::GPipe
+                 : variant == 2 ? PipelineSchedule::ZbH1
+                                : PipelineSchedule::OneFOneB;
     Fixture f("transformer_small", 32, "p100-4x4");
     Strategy s = f.pipelined(4, 4, sched, 4);
+    if (variant == 3)
+      s = interleave(s);
     auto tg = TaskGraph::build(f.ctx, s);
     if (!tg)
       FAIL(errorMessage(tg.takeError()));
@@ -125,7 +254,7 @@ TEST_CASE("delta simulation equals full simulation under a pipeline",
     for (int step = 0; step < 40; ++step) {
       OpId o = OpId(rng.uniform(f.g->numOps()));
       const OpSemantics &sem = f.g->op(o).sem;
-      int32_t st = s.pipeline.stage(o);
+      int32_t st = s.pipeline.group(s.pipeline.stage(o));
       // A random split of the sample loop (dividing batch / m) and of one
       // other loop, on the stage's devices.
       OpConfig c = OpConfig::single(sem, DeviceId(st * 4));
@@ -170,6 +299,30 @@ TEST_CASE("verifyStrategy refuses malformed pipelines", "[Sim][pipeline]") {
   for (int32_t &st : gap.pipeline.stageOf)
     st = st == 1 ? 2 : st;
   CHECK_THAT(error(gap), Catch::Contains("pipeline stage 1 has no ops"));
+  // Interleaved: 4 stages on 2 groups of devices {0, 1} and {2, 3}.
+  Strategy four = f.pipelined(4, 4, PipelineSchedule::OneFOneB, 1);
+  four.pipeline.chunks = 2;
+  for (size_t o = 0; o < four.configs.size(); ++o)
+    four.configs[o].devices = {
+        DeviceId(four.pipeline.group(four.pipeline.stage(OpId(o))))};
+  CHECK(error(four).empty());
+  Strategy odd = four;
+  odd.pipeline.chunks = 3;
+  CHECK_THAT(error(odd), Catch::Contains("4 pipeline stages do not divide "
+                                         "into 3 model chunks"));
+  Strategy rounds = four;
+  rounds.pipeline.microBatches = 1;
+  CHECK_THAT(error(rounds), Catch::Contains("1 micro-batches are not a "
+                                            "multiple of 2 groups"));
+  Strategy gpipe = four;
+  gpipe.pipeline.schedule = PipelineSchedule::GPipe;
+  CHECK_THAT(error(gpipe), Catch::Contains("need the 1f1b (interleaved) "
+                                           "schedule, not gpipe"));
+  Strategy shared = four;
+  shared.configs[0].devices = {1};
+  CHECK_THAT(error(shared),
+             Catch::Contains("device 1 is in pipeline device groups 0 and 1 "
+                             "(stages 0 mod 2 and 1 mod 2)"));
 }
 
 TEST_CASE("activation recomputation trades saved bytes for a forward again",

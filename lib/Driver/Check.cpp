@@ -6,6 +6,7 @@
 
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Interrupt.h"
 #include "soap/Support/Sha256.h"
 #include <cmath>
 
@@ -61,17 +62,28 @@ llvm::Error runCheck(const DriverOptions &given) {
     auto so = searchOptions(r, /*progress=*/false);
     if (!so)
       return withContext(so.takeError(), o.planPath + ": /search: ");
+    // Ctrl-C or SIGTERM ends the search as --timeout would (a second one
+    // exits at once, 130).
+    InterruptScope interrupts;
     auto again = runSearch(s.problem(), plan->inputs.searcher, *so);
     if (!again)
       return again.takeError();
     double planned = metrics->iterationTime;
     double found = again->metrics.iterationTime;
     if (found < planned * (1 - *t))
-      findings.push_back(
-          {fmt::format("a better plan exists: {} finds {:.3f} ms, the plan "
-                       "predicts {:.3f} ms ({:.1f}% faster, tolerance {})",
-                       plan->inputs.searcher, found * 1e3, planned * 1e3,
-                       100 * (1 - found / planned), o.tolerance)});
+      findings.push_back({fmt::format(
+          "a better plan exists: {} finds {:.3f} ms{}, the plan predicts "
+          "{:.3f} ms ({:.1f}% faster, tolerance {})",
+          plan->inputs.searcher, found * 1e3,
+          again->interrupted ? " before it was interrupted" : "", planned * 1e3,
+          100 * (1 - found / planned), o.tolerance)});
+    else if (again->interrupted)
+      // Not fresh, not stale: what a whole search would find is unknown.
+      return makeError(ExitCode::Interrupted,
+                       "{}: the plan fits {} and {}, but the search of "
+                       "--research was interrupted before it found a plan "
+                       "faster by more than {}",
+                       o.planPath, o.modelPath, o.topologyPath, o.tolerance);
   }
   if (findings.empty()) {
     llvm::outs() << o.planPath << ": fresh: the plan fits " << o.modelPath

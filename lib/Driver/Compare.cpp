@@ -1,7 +1,8 @@
 // soapc compare: several searchers on one model and topology under the same
 // simulator, run concurrently (--jobs), each row printed as its searcher
 // ends (a table on a terminal, CSV or JSON lines otherwise), each searcher
-// within --timeout.
+// within --timeout. Ctrl-C ends the running searchers as --timeout would
+// and skips the rest: the table is finished with what there is.
 #include "soap/Driver/Commands.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/Session.h"
@@ -9,22 +10,29 @@
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
+#include "soap/Support/Interrupt.h"
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace soap {
 
-/// A row's note: how a searcher that passed its timeout ended.
+/// A row's note: how a searcher that passed its timeout, or was
+/// interrupted, ended.
 static std::string timeoutNote(const SearchOutcome &o) {
-  std::string ended = o.budgetEnded ? "budget ended" : "timed out";
+  std::string ended = o.interrupted   ? "interrupted"
+                      : o.budgetEnded ? "budget ended"
+                                      : "timed out";
   if (!o.fallback.empty())
     return ended + ": fastest baseline (" + o.fallback + ")";
-  return o.timedOut || o.budgetEnded ? ended + ": best plan so far" : "";
+  return o.timedOut || o.budgetEnded || o.interrupted
+             ? ended + ": best plan so far"
+             : "";
 }
 
 static Json rowJson(const SearchOutcome &o) {
@@ -39,7 +47,8 @@ static Json rowJson(const SearchOutcome &o) {
             {"proposals", o.result.proposals},
             {"search_s", o.searchSeconds},
             {"timed_out", o.timedOut},
-            {"budget_ended", o.budgetEnded}};
+            {"budget_ended", o.budgetEnded},
+            {"interrupted", o.interrupted}};
   if (!o.fallback.empty())
     j["fallback"] = o.fallback;
   return j;
@@ -59,6 +68,18 @@ static std::vector<std::string> rowCells(const SearchOutcome &o, bool csv) {
               : withCommas(int64_t(o.result.proposals)),
           fmt::format("{:.2f}", o.searchSeconds),
           timeoutNote(o)};
+}
+
+/// The row of a searcher that Ctrl-C kept from starting.
+static Json notRunJson(const std::string &searcher) {
+  return {{"searcher", searcher}, {"interrupted", true}, {"not_run", true}};
+}
+static std::vector<std::string> notRunCells(const std::string &searcher,
+                                            bool csv) {
+  std::vector<std::string> cells(9, csv ? "" : "-");
+  cells.front() = searcher;
+  cells.back() = "not run: interrupted";
+  return cells;
 }
 
 /// The searchers of --search, each known, before anything runs.
@@ -88,8 +109,10 @@ searcherNames(llvm::StringRef list) {
 struct CompareState {
   std::mutex mu;
   std::condition_variable done;
-  /// Finished outcomes (or errors), in the order they finished.
-  std::deque<std::pair<size_t, llvm::Expected<SearchOutcome>>> finished;
+  /// Finished outcomes (or errors), in the order they finished; nullopt
+  /// for a searcher not started because of Ctrl-C.
+  std::deque<std::pair<size_t, std::optional<llvm::Expected<SearchOutcome>>>>
+      finished;
   /// Per searcher: its latest progress line, empty while it waits.
   std::vector<std::string> status;
 };
@@ -134,6 +157,9 @@ llvm::Error runCompare(const DriverOptions &d) {
 
   // The searchers run on `jobs` threads (all at once by default, so every
   // row lands within --timeout); each row is printed as its searcher ends.
+  // Ctrl-C or SIGTERM stops those running as --timeout would and keeps the
+  // rest from starting; a second one exits at once (130).
+  InterruptScope interrupts;
   size_t n = names->size();
   size_t jobs = d.jobs == 0 ? n : std::min(n, size_t(d.jobs));
   CompareState st;
@@ -142,6 +168,12 @@ llvm::Error runCompare(const DriverOptions &d) {
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {
       const std::string &name = (*names)[i];
+      if (interruptRequested()) {
+        std::lock_guard<std::mutex> lock(st.mu);
+        st.finished.emplace_back(i, std::nullopt);
+        st.done.notify_one();
+        continue;
+      }
       SearchOptions so = *o;
       {
         std::lock_guard<std::mutex> lock(st.mu);
@@ -184,11 +216,21 @@ llvm::Error runCompare(const DriverOptions &d) {
       progress.show(line);
       continue;
     }
-    auto [i, out] = std::move(st.finished.front());
+    auto [i, row] = std::move(st.finished.front());
     st.finished.pop_front();
     lock.unlock();
     progress.clear();
     ++printed;
+    if (!row) {
+      if (format == OutputFormat::Json) {
+        llvm::outs() << notRunJson((*names)[i]).dump() << "\n";
+        llvm::outs().flush();
+      } else {
+        table.row(notRunCells((*names)[i], format == OutputFormat::Csv));
+      }
+      continue;
+    }
+    llvm::Expected<SearchOutcome> &out = *row;
     if (!out) {
       if (firstError)
         llvm::consumeError(out.takeError());

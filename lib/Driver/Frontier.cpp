@@ -10,6 +10,7 @@
 #include "soap/Support/Cores.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
+#include "soap/Support/Interrupt.h"
 
 #include <chrono>
 
@@ -119,17 +120,28 @@ llvm::Error runFrontier(const DriverOptions &d) {
   o.microBatches = int32_t(d.ftMicroBatches);
   if (auto err = o.validate())
     return err;
+  auto end = std::chrono::steady_clock::time_point::max();
   if (!d.timeout.empty()) {
     auto t = parseDuration(d.timeout, "--timeout");
     if (!t)
       return t.takeError();
-    auto end = secondsAfter(std::chrono::steady_clock::now(), *t);
-    o.cancelled = [end] { return std::chrono::steady_clock::now() >= end; };
+    end = secondsAfter(std::chrono::steady_clock::now(), *t);
   }
-  // Past --timeout the frontier is incomplete: no point is given.
+  // From here to the files written, Ctrl-C or SIGTERM stops FT as
+  // --timeout does (pastDeadline); a second one exits at once (130).
+  InterruptScope interrupts;
+  o.cancelled = [end] { return pastDeadline(end); };
+  // Past --timeout, or interrupted, before FT ended the frontier is
+  // incomplete: no point is given. (Interrupted while its points are
+  // simulated, those left show "-".)
   auto timedOut = [&](llvm::Error err) {
     return llvm::handleErrors(
         std::move(err), [&](const DeadlineExceeded &) -> llvm::Error {
+          if (interruptRequested())
+            return makeError(ExitCode::Interrupted,
+                             "{}: interrupted before the frontier was "
+                             "complete; nothing written",
+                             s.graph->sourcePath);
           return makeError(ExitCode::Infeasible,
                            "{}: --timeout {} ended before the frontier was "
                            "complete",
@@ -190,6 +202,12 @@ llvm::Error runFrontier(const DriverOptions &d) {
   FtFrontierReport &rep = reports[chosenReport];
   if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime)
     printFrontier(rep, *dp, chosen);
+  // Interrupted while the points were simulated: the frontier is whole,
+  // but the points chosen from are those simulated by then.
+  bool interrupted = interruptRequested();
+  if (interrupted)
+    llvm::outs() << "interrupted: only the points simulated by then "
+                    "(not \"-\") were chosen from\n";
   if (!d.ftJsonPath.empty()) {
     Json j;
     if (reports.size() == 1) {
@@ -252,8 +270,8 @@ llvm::Error runFrontier(const DriverOptions &d) {
   auto m = strategyMetrics(prob, pt.strategy);
   if (!m)
     return m.takeError();
-  return writeSearchPlan(s, pt.strategy, *m, dpTime, "ft", d.seed,
-                         d.outputPath);
+  return writeSearchPlan(s, pt.strategy, *m, dpTime, "ft", d.seed, d.outputPath,
+                         interrupted);
 }
 
 } // namespace soap

@@ -5,6 +5,7 @@
 
 #include "soap/Search/Driver.h"
 #include "soap/Support/Format.h"
+#include "soap/Support/Interrupt.h"
 #include <fmt/format.h>
 
 namespace soap {
@@ -19,6 +20,9 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
   if (!su)
     return su.takeError();
   Session &s = **su;
+  // From here to the plan written, Ctrl-C or SIGTERM ends the search as
+  // --timeout would; a second one exits at once (130).
+  InterruptScope interrupts;
   auto out = runSearch(s.problem(), d.search, *o);
   if (o->progress)
     llvm::errs() << "\n";
@@ -40,7 +44,12 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
     how += ", proven optimal";
   const char *ended = out->budgetEnded ? "budget ended" : "timed out";
   const std::string &limit = out->budgetEnded ? d.budget : d.timeout;
-  if (!out->fallback.empty())
+  if (out->interrupted)
+    how += out->fallback.empty()
+               ? std::string(", interrupted: the best plan so far")
+               : fmt::format(", interrupted: the fastest baseline ({})",
+                             out->fallback);
+  else if (!out->fallback.empty())
     how += fmt::format(", {} after {}: the fastest baseline ({})", ended, limit,
                        out->fallback);
   else if (out->timedOut || out->budgetEnded)
@@ -62,7 +71,8 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
       formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
   if (!d.outputPath.empty())
     return writeSearchPlan(s, out->result.strategy, m, out->dataParallelTime,
-                           out->searcher, o->seed, d.outputPath);
+                           out->searcher, o->seed, d.outputPath,
+                           out->interrupted);
   return llvm::Error::success();
 }
 

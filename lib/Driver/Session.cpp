@@ -196,7 +196,7 @@ llvm::Expected<InputDigests> inputDigests(const DriverOptions &o) {
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                             const SimMetrics &m, Seconds dpTime,
                             const std::string &searcher, uint64_t seed,
-                            const std::string &path) {
+                            const std::string &path, bool interrupted) {
   const DriverOptions &o = s.options;
   auto digests = inputDigests(o);
   if (!digests)
@@ -217,6 +217,7 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
   in.optimizer = o.optimizer.value_or("sgd");
   in.precision = o.precision.value_or("fp32");
   in.kernels = o.kernels.value_or("fused");
+  in.interrupted = interrupted;
   Plan plan = makePlan(*s.graph, *s.topo, strategy, in,
                        planFigures(m, s.batch, dpTime));
   if (auto err = writePlan(plan, path))

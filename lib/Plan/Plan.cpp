@@ -19,7 +19,8 @@ bool PlanInputs::operator==(const PlanInputs &o) const {
          topologySha256 == o.topologySha256 && searcher == o.searcher &&
          seed == o.seed && budget == o.budget && space == o.space &&
          costModel == o.costModel && optimizer == o.optimizer &&
-         precision == o.precision && kernels == o.kernels;
+         precision == o.precision && kernels == o.kernels &&
+         interrupted == o.interrupted;
 }
 
 bool PlanFigures::operator==(const PlanFigures &o) const {
@@ -118,6 +119,8 @@ Json planToJson(const Plan &p) {
       {"budget", p.inputs.budget},        {"space", p.inputs.space},
       {"cost_model", p.inputs.costModel}, {"optimizer", p.inputs.optimizer},
       {"precision", p.inputs.precision},  {"kernels", p.inputs.kernels}};
+  if (p.inputs.interrupted)
+    j["search"]["interrupted"] = true;
   const PlanFigures &f = p.figures;
   j["predicted"] = {{"iteration_time_s", f.iterationSeconds},
                     {"samples_per_sec", f.samplesPerSecond},
@@ -316,9 +319,10 @@ llvm::Error PlanParser::parseTopology(const Json &j, Plan &p) const {
 
 llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(s, r_.object(j, "", "search"));
-  if (auto err = knownKeys(*s, "/search",
-                           {"searcher", "seed", "budget", "space", "cost_model",
-                            "optimizer", "precision", "kernels"}))
+  if (auto err =
+          knownKeys(*s, "/search",
+                    {"searcher", "seed", "budget", "space", "cost_model",
+                     "optimizer", "precision", "kernels", "interrupted"}))
     return err;
   SOAP_PLAN_TRY(searcher, r_.string(*s, "/search", "searcher"));
   SOAP_PLAN_TRY(seed, unsignedInt(*s, "/search", "seed"));
@@ -350,6 +354,10 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
                                   "\"{}\"",
                                   kernels));
     p.inputs.kernels = kernels;
+  }
+  if (s->contains("interrupted")) {
+    SOAP_PLAN_TRY(interrupted, boolean(*s, "/search", "interrupted"));
+    p.inputs.interrupted = interrupted;
   }
   return llvm::Error::success();
 }

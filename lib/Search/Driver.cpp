@@ -31,7 +31,8 @@ llvm::Expected<Seconds> dataParallelTime(const SearchProblem &p) {
 /// A searcher that passed its deadline with nothing to show: the fastest of
 /// the baselines that fits (what a budget too small for any search gives).
 static llvm::Expected<std::pair<std::string, Strategy>>
-fastestBaseline(const SearchProblem &p, llvm::StringRef searcher) {
+fastestBaseline(const SearchProblem &p, llvm::StringRef searcher,
+                bool interrupted) {
   std::optional<std::pair<std::string, Strategy>> best;
   Seconds bestTime = 0;
   for (const char *name : {"data", "expert", "model"}) {
@@ -48,10 +49,10 @@ fastestBaseline(const SearchProblem &p, llvm::StringRef searcher) {
   }
   if (!best)
     return makeError(ExitCode::Infeasible,
-                     "{}: {} passed its timeout before finding a strategy "
-                     "and no baseline (data, expert, model) fits in device "
-                     "memory",
-                     p.graph.sourcePath, searcher.str());
+                     "{}: {} {} before finding a strategy and no baseline "
+                     "(data, expert, model) fits in device memory",
+                     p.graph.sourcePath, searcher.str(),
+                     interrupted ? "was interrupted" : "passed its timeout");
   return std::move(*best);
 }
 
@@ -81,18 +82,27 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
     budgetFirst = true;
   }
   auto r = info->create()->search(p, o);
+  // Whether Ctrl-C or SIGTERM (Support/Interrupt.h) rather than a deadline
+  // stopped it (the searchers poll one predicate, pastDeadline): read now,
+  // so that one during the fallback or the checks below changes nothing.
+  bool interrupted = interruptRequested();
   if (!r) {
     llvm::Error rest = llvm::handleErrors(
         r.takeError(), [&](const DeadlineExceeded &) -> llvm::Error {
-          auto b = fastestBaseline(p, searcher);
+          auto b = fastestBaseline(p, searcher, interrupted);
           if (!b)
             return b.takeError();
-          spdlog::warn("{}: {} after {:g} s with no strategy; "
-                       "returning the fastest baseline that fits ({})",
-                       searcher.str(),
-                       budgetFirst ? "its time budget ended" : "timed out",
-                       budgetFirst ? o.budget.seconds : o.timeoutSeconds,
-                       b->first);
+          if (interrupted)
+            spdlog::warn("{}: interrupted with no strategy yet; returning "
+                         "the fastest baseline that fits ({})",
+                         searcher.str(), b->first);
+          else
+            spdlog::warn("{}: {} after {:g} s with no strategy; "
+                         "returning the fastest baseline that fits ({})",
+                         searcher.str(),
+                         budgetFirst ? "its time budget ended" : "timed out",
+                         budgetFirst ? o.budget.seconds : o.timeoutSeconds,
+                         b->first);
           out.fallback = b->first;
           out.result.strategy = std::move(b->second);
           out.result.timedOut = true;
@@ -103,8 +113,10 @@ runSearch(const SearchProblem &p, llvm::StringRef searcher,
   } else {
     out.result = std::move(*r);
   }
-  out.timedOut = out.result.timedOut && !budgetFirst;
-  out.budgetEnded = out.result.timedOut && budgetFirst;
+  out.interrupted = out.result.timedOut && interrupted;
+  bool deadline = out.result.timedOut && !out.interrupted;
+  out.timedOut = deadline && !budgetFirst;
+  out.budgetEnded = deadline && budgetFirst;
   out.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();

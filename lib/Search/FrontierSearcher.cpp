@@ -29,6 +29,7 @@ llvm::Expected<FtFrontierReport> frontierReport(const SearchProblem &p,
                                                 size_t maxSimulated,
                                                 double memoryCap) {
   auto t0 = std::chrono::steady_clock::now();
+  spdlog::info("ft: building the cost model of {} ops", p.graph.numOps());
   auto m = FtModel::build(p, o);
   if (!m)
     return m.takeError();

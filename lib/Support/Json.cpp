@@ -2,6 +2,7 @@
 #include "soap/Support/Json.h"
 
 #include "soap/Support/Error.h"
+#include "soap/Support/Interrupt.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -209,6 +210,8 @@ llvm::Error writeFileAtomic(llvm::StringRef path, llvm::StringRef text) {
     return llvm::Error::success();
   }
   std::string tmp = path.str() + ".tmp";
+  // A second Ctrl-C while it is written leaves no temporary behind.
+  RemoveOnAbort removeOnAbort(tmp);
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(tmp, ec);

@@ -61,12 +61,13 @@ struct InputDigests {
 };
 llvm::Expected<InputDigests> inputDigests(const DriverOptions &o);
 
-/// Writes `strategy` as a plan recording how it was found; prints
-/// "plan: PATH" unless PATH is "-".
+/// Writes `strategy` as a plan recording how it was found (`interrupted`:
+/// the best so far of a search Ctrl-C stopped); prints "plan: PATH" unless
+/// PATH is "-".
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                             const SimMetrics &m, Seconds dpTime,
                             const std::string &searcher, uint64_t seed,
-                            const std::string &path);
+                            const std::string &path, bool interrupted = false);
 
 /// A plan and the session of its recorded inputs (flags given win), with
 /// its strategy on that model: a plan whose model file differs from the

@@ -39,6 +39,9 @@ struct PlanInputs {
   std::string precision = "fp32"; ///< "fp32" or "bf16" (version 2)
   /// "eager" or "fused" (IR/Fusion.h); a plan without it is eager.
   std::string kernels = "eager";
+  /// Ctrl-C or SIGTERM stopped the search: the plan is its best so far, not
+  /// what the budget and seed give (written only when set).
+  bool interrupted = false;
 
   bool operator==(const PlanInputs &o) const;
 };

@@ -27,6 +27,9 @@ struct SearchOutcome {
   /// Like timedOut, but what ended was a time budget (--budget 30s) of a
   /// searcher that has no budget of its own (ft, kcuts, pipeline, ...).
   bool budgetEnded = false;
+  /// Like timedOut, but Ctrl-C or SIGTERM ended the search
+  /// (Support/Interrupt.h); timedOut and budgetEnded are then false.
+  bool interrupted = false;
   std::string fallback;
   double speedup() const {
     return dataParallelTime > 0 ? dataParallelTime / metrics.iterationTime : 0;

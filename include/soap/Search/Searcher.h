@@ -6,6 +6,7 @@
 
 #include "soap/Parallel/ConfigSpace.h"
 #include "soap/Sim/Simulator.h"
+#include "soap/Support/Interrupt.h"
 #include "llvm/Support/Error.h"
 #include <chrono>
 #include <functional>
@@ -56,6 +57,15 @@ secondsAfter(std::chrono::steady_clock::time_point t0, double seconds) {
                   std::chrono::duration<double>(seconds));
 }
 
+/// The one "stop now" every search polls: `deadline` passed (max: none),
+/// or Ctrl-C or SIGTERM arrived (Support/Interrupt.h), which ends a search
+/// as its deadline would (runSearch tells the two apart).
+inline bool pastDeadline(std::chrono::steady_clock::time_point deadline) {
+  return interruptRequested() ||
+         (deadline != std::chrono::steady_clock::time_point::max() &&
+          std::chrono::steady_clock::now() >= deadline);
+}
+
 struct SearchProgress {
   Seconds best = 0; ///< best feasible iteration time so far
   uint64_t proposals = 0;
@@ -88,12 +98,14 @@ struct SearchOptions {
   double timeoutSeconds = 0;
   std::chrono::steady_clock::time_point deadline =
       std::chrono::steady_clock::time_point::max();
-  bool pastDeadline() const {
-    return deadline != std::chrono::steady_clock::time_point::max() &&
-           std::chrono::steady_clock::now() >= deadline;
-  }
+  /// soap::pastDeadline(deadline): what every searcher polls.
+  bool pastDeadline() const;
   llvm::Error validate() const;
 };
+
+inline bool SearchOptions::pastDeadline() const {
+  return soap::pastDeadline(deadline);
+}
 
 /// "30s", "500ms", "2m" or a plain number of seconds; `flag` names the
 /// option in the message (exit code 2).
@@ -124,7 +136,8 @@ struct SearchResult {
   uint64_t rejectedEarly = 0;
   /// Set by exact searchers that completed: no better strategy exists.
   bool provenOptimal = false;
-  /// The search stopped at SearchOptions::deadline: the best so far.
+  /// The search stopped at SearchOptions::pastDeadline (its deadline or an
+  /// interrupt): the best so far.
   bool timedOut = false;
 };
 

@@ -16,6 +16,9 @@ enum class ExitCode : int {
   InvalidInput = 2, ///< bad input file or usage
   Infeasible = 3,   ///< no feasible plan (e.g. nothing fits in memory)
   Stale = 4,        ///< a plan no longer fits its model or topology
+  /// Ctrl-C or SIGTERM before there was anything to give (the shell's
+  /// 128 + SIGINT; Interrupt.h).
+  Interrupted = 130,
 };
 
 /// An error with a one-line message and the exit code it maps to.

@@ -64,7 +64,8 @@ private:
 std::string dumpJson(const Json &value);
 
 /// Writes `text` to `path` atomically (temporary file, then rename), so a
-/// failed run leaves nothing half-written. "-" writes to stdout.
+/// failed or interrupted run leaves nothing half-written (RemoveOnAbort:
+/// nor the temporary file). "-" writes to stdout.
 llvm::Error writeFileAtomic(llvm::StringRef path, llvm::StringRef text);
 
 } // namespace soap

@@ -214,6 +214,32 @@ TEST_CASE("writing a plan twice gives the same bytes", "[Plan]") {
   llvm::sys::fs::remove(b);
 }
 
+TEST_CASE("an interrupted search says so in the plan, and only then",
+          "[Plan][Interrupt]") {
+  auto g = zooModel("lenet");
+  Topology topo = exampleTopology("p100-4x4");
+  PlanInputs in = exampleInputs();
+  Plan plain =
+      makePlan(*g, topo, dataParallel(*g, topo), in, exampleFigures(topo));
+  CHECK_FALSE(planToJson(plain)["search"].contains("interrupted"));
+  in.interrupted = true;
+  Plan stopped =
+      makePlan(*g, topo, dataParallel(*g, topo), in, exampleFigures(topo));
+  Json j = planToJson(stopped);
+  CHECK(j["search"]["interrupted"] == true);
+  auto back = planFromJson(j, "p.json");
+  if (!back)
+    FAIL(errorMessage(back.takeError()));
+  CHECK(back->inputs.interrupted);
+  CHECK(*back == stopped);
+  CHECK_FALSE(*back == plain);
+  j["search"]["interrupted"] = "yes";
+  auto bad = planFromJson(j, "p.json");
+  REQUIRE_FALSE(bool(bad));
+  CHECK(errorMessage(bad.takeError()) ==
+        "p.json: /search/interrupted: expected a boolean");
+}
+
 TEST_CASE("a non-finite figure is not written", "[Plan]") {
   auto g = zooModel("lenet");
   Topology topo = exampleTopology("p100-4x4");

@@ -6,7 +6,9 @@
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <functional>
+#include <utility>
 
 using namespace soap;
 using namespace soap::test;
@@ -44,6 +46,48 @@ TEST_CASE("budgets parse as proposals or durations", "[Search]") {
   auto d = Budget::parse("soon");
   REQUIRE_FALSE(static_cast<bool>(d));
   CHECK(errorMessage(d.takeError()).find("--budget 'soon'") == 0);
+}
+
+TEST_CASE("an interrupt ends a search as its deadline would, marked "
+          "interrupted",
+          "[Search][Interrupt]") {
+  Fixture f = fixture("lenet", "p100-4x4", 256);
+  SearchOptions o;
+  o.budget.proposals = 100000000; // hours, but for the interrupt
+  o.threads = 1;
+  // SIGTERM at its default whatever ran this test, so that the scope
+  // handles it (one ignored on entry would stay ignored).
+  struct Default {
+    struct sigaction before;
+    Default() {
+      struct sigaction dfl = {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(SIGTERM, &dfl, &before);
+    }
+    ~Default() { sigaction(SIGTERM, &before, nullptr); }
+  } atDefault;
+  {
+    InterruptScope scope;
+    bool sent = false;
+    // The first progress report comes from a running chain.
+    o.progress = [&sent](const SearchProgress &) {
+      if (!std::exchange(sent, true))
+        std::raise(SIGTERM);
+    };
+    auto r = runSearch(f.problem(), "mcmc", o);
+    if (!r)
+      FAIL(errorMessage(r.takeError()));
+    CHECK(sent);
+    CHECK(r->interrupted);
+    CHECK_FALSE(r->timedOut);
+    CHECK_FALSE(r->budgetEnded);
+    CHECK(r->fallback.empty());
+    CHECK(r->result.proposals > 0);
+    CHECK(r->result.proposals < 100000);
+    CHECK(r->metrics.fits);
+  }
+  CHECK_FALSE(interruptRequested()); // the scope ended
 }
 
 TEST_CASE("mcmc is never slower than data, model or expert", "[Search]") {

@@ -185,6 +185,7 @@ public:
     int32_t perNode = int32_t(p.topo.devicesPerNode());
     std::optional<SearchResult> best;
     std::string lastError;
+    std::vector<Shaped> pipelined;
     for (int32_t t = 1; t <= perNode; t *= 2) {
       if (perNode % t != 0)
         continue;
@@ -218,6 +219,8 @@ public:
         spdlog::info("megatron: t={} p={} m={}{}: {:.3f} ms", t, stages,
                      s->pipeline.microBatches, (*fit)->second.str(),
                      (*fit)->first * 1e3);
+        if (stages > 1)
+          pipelined.push_back({(*fit)->first, t, *s});
         if (!best || (*fit)->first < best->iterationTime) {
           best = SearchResult();
           best->strategy = std::move(*s);
@@ -225,6 +228,9 @@ public:
         }
       }
     }
+    if (best)
+      if (auto err = refineSchedule(p, o, pipelined, *best))
+        return llvm::Error(std::move(err));
     if (!best) {
       if (o.pastDeadline())
         return llvm::make_error<DeadlineExceeded>("megatron");
@@ -240,6 +246,80 @@ public:
   }
 
 private:
+  /// A fitted pipelined shape: its time, tensor degree and strategy.
+  struct Shaped {
+    Seconds time;
+    int32_t tensor;
+    Strategy strategy;
+  };
+
+  /// The schedules a Megatron user tries on a pipeline that fits: the
+  /// interleaved 1F1B with every virtual-stage count v that divides the
+  /// layers per stage (stages of layers / (p v) layers, stage s on rank
+  /// s mod p), and zb-h1, on the two fastest pipelined shapes, each with
+  /// the micro-batches and memory savings its 1F1B fit chose, and more
+  /// savings (Megatron's ladder) where it then does not fit: interleaving
+  /// holds more micro-batches' activations. The fastest that fits replaces
+  /// `best`.
+  llvm::Error refineSchedule(const SearchProblem &p, const SearchOptions &o,
+                             std::vector<Shaped> &shapes, SearchResult &best) {
+    std::stable_sort(shapes.begin(), shapes.end(),
+                     [](const Shaped &a, const Shaped &b) {
+                       return a.time < b.time;
+                     });
+    int64_t layers = int64_t(transformerLayerStarts(p.graph).size());
+    for (size_t k = 0; k < shapes.size() && k < 2; ++k) {
+      const Strategy &base = shapes[k].strategy;
+      int32_t stages = base.pipeline.numStages();
+      int64_t d = int64_t(p.topo.numDevices()) / (int64_t(stages) *
+                                                   shapes[k].tensor);
+      std::vector<Strategy> tries;
+      Strategy zb = base;
+      zb.pipeline.schedule = PipelineSchedule::ZbH1;
+      tries.push_back(std::move(zb));
+      for (int64_t v = 2; layers > 0 && layers % stages == 0 &&
+                          v <= layers / stages;
+           ++v) {
+        if ((layers / stages) % v != 0 ||
+            base.pipeline.microBatches % stages != 0)
+          continue;
+        Strategy s = base;
+        s.pipeline.chunks = int32_t(v);
+        s.pipeline.stageOf = layerStages(p.graph, stages * int32_t(v));
+        s.configs =
+            megatronStagedConfigs(p.graph, s.pipeline, shapes[k].tensor, d);
+        tries.push_back(std::move(s));
+      }
+      for (Strategy &s : tries) {
+        if (o.pastDeadline())
+          return llvm::Error::success();
+        if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        // As it is, then with Megatron's savings (the distributed
+        // optimizer, selective and full recomputation) if it does not fit.
+        auto fit = fitWithLadder(p, s, memoryLadder(true), tried_, &o,
+                                 best.iterationTime);
+        if (!fit)
+          return fit.takeError();
+        spdlog::info("megatron: t={} p={} v={} {}{}: {}", shapes[k].tensor,
+                     stages, s.pipeline.chunks,
+                     scheduleName(s.pipeline.schedule).str(),
+                     fit->rung.str(),
+                     !fit->fits ? std::string("does not fit")
+                     : std::isfinite(fit->time)
+                         ? fmt::format("{:.3f} ms", fit->time * 1e3)
+                         : std::string("slower"));
+        if (fit->fits && fit->time < best.iterationTime) {
+          best.strategy = std::move(s);
+          best.iterationTime = fit->time;
+        }
+      }
+    }
+    return llvm::Error::success();
+  }
+
   uint64_t tried_ = 0;
 };
 } // namespace

@@ -10,13 +10,16 @@
 // candidate is then simulated with m micro-batches (1F1B) from m = p,
 // doubled while nothing fits yet or the time still improves, each count
 // tried again with ZeRO and recomputation when it does not fit
-// (fitMicroBatches); the fastest that fits is kept.
+// (fitMicroBatches); the fastest that fits is kept. The two fastest
+// pipelines are tried again under zb-h1 and interleaved (refineSchedule).
 #include "ConfigCost.h"
 #include "KCuts.h"
 #include "soap/Parallel/Megatron.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -123,6 +126,83 @@ std::vector<IntraPlan> intraPlans(const SearchProblem &p, size_t group,
   return plans;
 }
 
+/// A pipeline that fits: its time, device group size, intra-stage plan
+/// (on devices 0 .. group - 1), the ops' costs under it, and the strategy.
+struct Fitted {
+  Seconds time;
+  size_t group;
+  std::vector<OpConfig> configs;
+  std::vector<double> cost;
+  Strategy strategy;
+};
+
+/// The schedules beyond 1F1B, on the two fastest pipelines: zb-h1, and the
+/// interleaved 1F1B with v = 2, 4, ... model chunks per group (the ops cut
+/// into p v stages as the p stages were, stage s on group s mod p), each
+/// with its pipeline's micro-batches and memory savings, more savings where
+/// it then does not fit; the fastest that fits replaces `best`.
+llvm::Error refineSchedule(const SearchProblem &p, const SearchOptions &o,
+                           std::vector<Fitted> &fitted, SearchResult &best,
+                           uint64_t &simulated) {
+  std::stable_sort(fitted.begin(), fitted.end(),
+                   [](const Fitted &a, const Fitted &b) {
+                     return a.time < b.time;
+                   });
+  for (size_t k = 0; k < fitted.size() && k < 2; ++k) {
+    const Fitted &f = fitted[k];
+    const Strategy &base = f.strategy;
+    int32_t stages = base.pipeline.numStages();
+    std::vector<Strategy> tries;
+    Strategy zb = base;
+    zb.pipeline.schedule = PipelineSchedule::ZbH1;
+    tries.push_back(std::move(zb));
+    for (int32_t v = 2; size_t(stages) * size_t(v) <= p.graph.numOps() &&
+                        v <= 16;
+         v *= 2) {
+      if (base.pipeline.microBatches % stages != 0)
+        break;
+      Strategy s = base;
+      s.pipeline.chunks = v;
+      s.pipeline.stageOf = cutStages(f.cost, stages * v);
+      if (s.pipeline.stageOf.empty())
+        continue;
+      s.configs = f.configs;
+      for (const Op &op : p.graph.ops())
+        for (DeviceId &d : s.configs[size_t(op.id)].devices)
+          d += DeviceId(size_t(s.pipeline.group(s.pipeline.stage(op.id))) *
+                        f.group);
+      // The 1F1B fit's savings, on the new configurations.
+      s.zero = base.zero;
+      s.recompute = base.recompute;
+      tries.push_back(std::move(s));
+    }
+    for (Strategy &s : tries) {
+      if (o.pastDeadline())
+        return llvm::Error::success();
+      if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
+        llvm::consumeError(std::move(err));
+        continue;
+      }
+      auto fit = fitWithLadder(p, s, memoryLadder(), simulated, &o,
+                               best.iterationTime);
+      if (!fit)
+        return fit.takeError();
+      spdlog::info("pipeline: {} stages x {}, v={} {}{}: {}", stages, f.group,
+                   s.pipeline.chunks, scheduleName(s.pipeline.schedule).str(),
+                   fit->rung.str(),
+                   !fit->fits ? std::string("does not fit")
+                   : std::isfinite(fit->time)
+                       ? fmt::format("{:.3f} ms", fit->time * 1e3)
+                       : std::string("slower"));
+      if (fit->fits && fit->time < best.iterationTime) {
+        best.strategy = std::move(s);
+        best.iterationTime = fit->time;
+      }
+    }
+  }
+  return llvm::Error::success();
+}
+
 class PipelineSearcher : public Searcher {
 public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,
@@ -134,6 +214,7 @@ public:
     int32_t perNode = int32_t(p.topo.devicesPerNode());
     std::optional<SearchResult> best;
     uint64_t simulated = 0;
+    std::vector<Fitted> fitted;
     // Stages across nodes as Megatron places them, and up to 8 inside
     // one: more stages than that only add bubbles at these batch sizes.
     size_t maxStages = std::max<size_t>(8, nodes);
@@ -187,6 +268,8 @@ public:
         spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms", stages,
                      group, plan.name, s.pipeline.microBatches,
                      (*fit)->second.str(), (*fit)->first * 1e3);
+        if (stages > 1)
+          fitted.push_back({(*fit)->first, group, plan.configs, cost, s});
         if (!best || (*fit)->first < best->iterationTime) {
           best = SearchResult();
           best->strategy = std::move(s);
@@ -196,6 +279,9 @@ public:
           o.progress({best->iterationTime, simulated, 0, 0});
       }
     }
+    if (best)
+      if (auto err = refineSchedule(p, o, fitted, *best, simulated))
+        return llvm::Error(std::move(err));
     if (!best) {
       if (o.pastDeadline())
         return llvm::make_error<DeadlineExceeded>("pipeline");
@@ -217,7 +303,8 @@ void registerPipelineSearcher(SearcherRegistry &r) {
          "Alpa's inter-op pass: stage counts x intra-stage plans (k-cuts, "
          "Megatron tensor x data), stages cut to minimise the slowest, "
          "micro-batches from p doubled while they pay, 1F1B, ZeRO and "
-         "recomputation where it does not fit; the fastest that fits",
+         "recomputation where it does not fit, then zb-h1 and interleaving "
+         "on the two fastest; the fastest that fits",
          [] { return std::make_unique<PipelineSearcher>(); }});
 }
 

@@ -174,7 +174,8 @@ private:
 /// splits with the vocabulary-parallel LM head, stages of equal layers,
 /// Megatron's selective recomputation) over its keys: every
 /// tensor-parallel degree t that divides a node's GPUs (powers of two) and
-/// every stage count p that divides the nodes, each with 1F1B from m = 4p,
+/// every stage count p that divides the nodes (and the layers, as
+/// Megatron-LM requires), each with 1F1B from m = 4p,
 /// the distributed optimizer and recomputation as needed, more
 /// micro-batches while they pay; the fastest that fits.
 class MegatronSearcher : public Searcher {
@@ -186,11 +187,17 @@ public:
     std::optional<SearchResult> best;
     std::string lastError;
     std::vector<Shaped> pipelined;
+    // Megatron-LM needs the layers to divide into the stages: a stage
+    // count that does not is not one its users can run (and past the layer
+    // count a stage would hold a fraction of one).
+    int64_t layers = int64_t(transformerLayerStarts(p.graph).size());
     for (int32_t t = 1; t <= perNode; t *= 2) {
       if (perNode % t != 0)
         continue;
       for (int32_t stages = 1; size_t(stages) <= nodes; stages *= 2) {
         if (nodes % size_t(stages) != 0)
+          continue;
+        if (layers > 0 && layers % stages != 0)
           continue;
         if (o.pastDeadline())
           break;

@@ -117,8 +117,10 @@ std::string SearcherRegistry::names() const {
 size_t taskLimit(const SearchProblem &p) {
   if (p.maxTasks)
     return p.maxTasks;
-  return std::max<size_t>(size_t(1) << 20,
-                          16 * p.graph.numOps() * p.topo.numDevices());
+  return std::min(kMaxSearchTasks,
+                  std::max<size_t>(size_t(1) << 20,
+                                   16 * p.graph.numOps() *
+                                       p.topo.numDevices()));
 }
 
 llvm::Expected<std::pair<Seconds, bool>>

@@ -192,9 +192,14 @@ balancedStrategy(const SearchProblem &p, const ConfigSpace &space,
 /// Megatron-LM's micro-batch of one (GPT-3 175B on 128 GPUs at m = 64:
 /// 3.0M tasks, 0.9 GB, after folding). A random or
 /// re-partitioning strategy on 1,024 GPUs passes it (every tile of an op
-/// talks to every tile of the next) and would not fit in RAM.
-/// SearchProblem::maxTasks where set.
+/// talks to every tile of the next) and would not fit in RAM. Never more
+/// than kMaxSearchTasks, so that a search stays within a few GB whatever
+/// the cluster. SearchProblem::maxTasks where set.
 size_t taskLimit(const SearchProblem &p);
+/// 12M tasks: a Task is 176 bytes, about 300 with its edges and the
+/// simulator's per-task state, so one candidate's graph stays under 4 GB
+/// (a searcher holds one at a time; mcmc one per chain).
+constexpr size_t kMaxSearchTasks = size_t(12) << 20;
 
 /// Builds and simulates a strategy: (iteration time, fits in memory). With
 /// `maxTasks`, a graph past it is TaskGraphTooLarge. With `limit`, the

@@ -82,7 +82,7 @@ std::vector<int> sequenceLoops(const Graph &g, int64_t seq) {
 
 llvm::Expected<std::vector<OpConfig>>
 contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
-                       int32_t t, int32_t cp) {
+                       int32_t t, int32_t cp, int32_t microBatches) {
   if (cp <= 1)
     return configs;
   int64_t seq = attentionSequence(g);
@@ -91,6 +91,10 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
                       "sequence, and the model has no attention",
                       cp);
   std::vector<int> seqLoop = sequenceLoops(g, seq);
+  int64_t batch = 0;
+  for (const Op &op : g.ops())
+    if (int sl = sampleLoop(op.sem); sl >= 0 && batch == 0)
+      batch = op.sem.loops[size_t(sl)].size;
   std::vector<OpConfig> out;
   out.reserve(configs.size());
   for (const Op &op : g.ops()) {
@@ -99,6 +103,16 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
     int cl = seqLoop[size_t(op.id)];
     if (cl >= 0 && oc.degree[size_t(cl)] != 1)
       cl = -1; // already split (tensor parallel): replicated over cp
+    // Where the tokens are merged into one [batch x sequence] dim (the LM
+    // head behind a Reshape), that dim is split dp x cp ways, part
+    // si * cp + ci on dp rank si and cp rank ci: with mbs=1 exactly the
+    // rows that rank holds, else contiguous rows (correct, some moved).
+    int merged = -1;
+    int sl = sampleLoop(sem);
+    if (cl < 0 && sl >= 0 && sem.loops[size_t(sl)].size == batch * seq &&
+        divides(sem.loops[size_t(sl)],
+                int64_t(oc.degree[size_t(sl)]) * cp * microBatches))
+      merged = sl;
     if (cl >= 0 && !divides(sem.loops[size_t(cl)], cp))
       return inputError("--strategy megatron: cp={} does not divide the "
                         "sequence loop '{}' ({}) of {}",
@@ -107,6 +121,8 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
     OpConfig nc = oc;
     if (cl >= 0)
       nc.degree[size_t(cl)] = cp;
+    else if (merged >= 0)
+      nc.degree[size_t(merged)] *= cp;
     else
       nc.replicas = oc.replicas * cp;
     // The old tile of each new tile: the same box with the sequence whole.
@@ -121,10 +137,16 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
         ci = b.lo[size_t(cl)] / (sem.loops[size_t(cl)].size / cp);
         b.lo[size_t(cl)] = 0;
       }
+      if (merged >= 0) {
+        int64_t part = sem.loops[size_t(merged)].size / nc.degree[size_t(merged)];
+        ci = (b.lo[size_t(merged)] / part) % cp;
+        b.lo[size_t(merged)] -= ci * part;
+      }
       int64_t ko = oldTile.at(b.lo);
+      bool split = cl >= 0 || merged >= 0;
       for (int32_t r = 0; r < nc.replicas; ++r) {
-        int32_t ro = cl >= 0 ? r : r / cp;
-        if (cl < 0)
+        int32_t ro = split ? r : r / cp;
+        if (!split)
           ci = r % cp;
         DeviceId x = oc.device(ko, ro);
         int64_t si = x / t, ti = x % t;

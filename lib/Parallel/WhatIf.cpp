@@ -237,6 +237,18 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                       c.vp, scheduleName(c.schedule));
   if (c.sp)
     return lacks("sp=1", "sequence parallelism");
+  if (c.cp > 1) {
+    // Megatron's load-balanced causal layout cuts the sequence in 2 x cp
+    // chunks.
+    int64_t seq = attentionSequence(g);
+    int64_t chunks = hasCausalAttention(g) ? 2 * int64_t(c.cp) : c.cp;
+    if (seq <= 0 || seq % chunks != 0)
+      return inputError("--strategy megatron: cp={} needs the sequence ({}) "
+                        "to divide into {} chunks{}",
+                        c.cp, seq, chunks,
+                        chunks > c.cp ? " (the causal load-balanced layout)"
+                                      : "");
+  }
   int64_t devices = int64_t(topo.numDevices());
   int64_t group = int64_t(c.tp) * c.pp * c.cp;
   if (devices % group != 0)
@@ -275,18 +287,6 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                           "{} heads of {}",
                           c.tp, heads, g.where(op.id));
     }
-  if (c.cp > 1) {
-    // Megatron's load-balanced causal layout cuts the sequence in 2 x cp
-    // chunks.
-    int64_t seq = attentionSequence(g);
-    int64_t chunks = hasCausalAttention(g) ? 2 * int64_t(c.cp) : c.cp;
-    if (seq <= 0 || seq % chunks != 0)
-      return inputError("--strategy megatron: cp={} needs the sequence ({}) "
-                        "to divide into {} chunks{}",
-                        c.cp, seq, chunks,
-                        chunks > c.cp ? " (the causal load-balanced layout)"
-                                      : "");
-  }
   int64_t batch = globalBatch(g);
   if (batch <= 0 || batch % (dp * c.mbs) != 0)
     return inputError("--strategy megatron: the batch of {} does not split "
@@ -311,7 +311,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
   if (c.cp > 1) {
     auto cfg = contextParallelConfigs(g, megatronGroupConfigs(g, c.tp, dp),
-                                      c.tp, c.cp);
+                                      c.tp, c.cp, int32_t(m));
     if (!cfg)
       return cfg.takeError();
     s.configs = std::move(*cfg);

@@ -26,12 +26,14 @@ bool hasCausalAttention(const Graph &g);
 /// Megatron's rank order (tp fastest, then cp, then dp): device
 /// ti + t * (ci + cp * si). The sequence loop is found by following the
 /// sequence dim of the graph's inputs ([batch, sequence, ...] of the
-/// attention's length) through the ops' index maps. Errors (exit 2) name
+/// attention's length) through the ops' index maps; a [batch x sequence]
+/// dim (the LM head behind a Reshape) splits dp x cp ways where each of
+/// `microBatches` still divides into whole granules. Errors (exit 2) name
 /// an op whose sequence loop does not divide into cp parts, or a graph
 /// without attention.
 llvm::Expected<std::vector<OpConfig>>
 contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
-                       int32_t t, int32_t cp);
+                       int32_t t, int32_t cp, int32_t microBatches);
 
 } // namespace soap
 

@@ -2,6 +2,7 @@
 // elements it reads and writes, and the FLOPs and bytes of that tile.
 #include "soap/IR/OpSemantics.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <map>
 
@@ -268,6 +269,29 @@ int64_t OpSemantics::exchangeElements(int l, const Box &tile) const {
   return n;
 }
 
+Box OpSemantics::ringBlock(int i, const Box &tile) const {
+  Box b = tile;
+  if (i < 0 || size_t(i) >= inputs.size())
+    return b;
+  std::vector<int> missing;
+  for (size_t l = 0; l < loops.size(); ++l) {
+    int r = loops[l].ring;
+    if (r < 0 || (tile.lo[l] == 0 && tile.hi[l] == loops[l].size))
+      continue;
+    if (missing.empty())
+      missing = loopsMissingFrom(inputs[size_t(i)]);
+    auto lacks = [&](int x) {
+      return std::find(missing.begin(), missing.end(), x) != missing.end();
+    };
+    if (!lacks(int(l)) || lacks(r))
+      continue;
+    int64_t n = loops[l].size, rn = loops[size_t(r)].size;
+    b.lo[size_t(r)] = tile.lo[l] * rn / n;
+    b.hi[size_t(r)] = tile.hi[l] * rn / n;
+  }
+  return b;
+}
+
 std::vector<int> OpSemantics::reducedLoops(int j) const {
   return loopsMissingFrom(outputs[j]);
 }
@@ -351,8 +375,10 @@ int64_t OpSemantics::savedBytes(const Box &tile,
                                 const std::vector<DType> &outTypes) const {
   double bytes = termsValue(savedExtraBytes, tile);
   for (const SavedOperand &s : saved) {
+    // A ring-split tile keeps only its own block of what the ring brings
+    // (backward passes the blocks round again).
     Box r = s.isOutput ? outputRegion(s.index, tile)
-                       : inputRegion(s.index, tile);
+                       : inputRegion(s.index, ringBlock(s.index, tile));
     bytes += static_cast<double>(r.volume()) * s.bytesPerElement;
   }
   return static_cast<int64_t>(bytes);

@@ -95,6 +95,10 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
   int k = b.addLoop("k", DimClass::Reduction, logical[1][s], false);
   int e = b.addLoop("e", DimClass::Reduction, logical[0][f], false);
   int ev = b.addLoop("ev", DimClass::Attribute, logical[2][f], false);
+  // Split on q, the kernel runs ring attention: each tile keeps its own
+  // block of K and V and the blocks go round (Megatron-Core's context
+  // parallelism).
+  b.sem.loops[size_t(q)].ring = k;
   int seqLoop[4] = {q, k, k, q}, featLoop[4] = {e, e, ev, ev};
   for (size_t i = 0; i < 4; ++i) {
     std::vector<DimMap> m;

@@ -3,6 +3,7 @@
 // megatron baseline uses.
 #include "soap/Parallel/WhatIf.h"
 
+#include "soap/Parallel/ContextParallel.h"
 #include "soap/Parallel/Megatron.h"
 #include "soap/Support/Error.h"
 #include "llvm/ADT/SmallVector.h"
@@ -234,10 +235,20 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: vp={} runs the interleaved 1F1B "
                       "schedule, not schedule={}",
                       c.vp, scheduleName(c.schedule));
-  if (c.cp > 1)
-    return lacks(fmt::format("cp={}", c.cp), "context parallelism");
   if (c.sp)
     return lacks("sp=1", "sequence parallelism");
+  if (c.cp > 1) {
+    // Megatron's load-balanced causal layout cuts the sequence in 2 x cp
+    // chunks.
+    int64_t seq = attentionSequence(g);
+    int64_t chunks = hasCausalAttention(g) ? 2 * int64_t(c.cp) : c.cp;
+    if (seq <= 0 || seq % chunks != 0)
+      return inputError("--strategy megatron: cp={} needs the sequence ({}) "
+                        "to divide into {} chunks{}",
+                        c.cp, seq, chunks,
+                        chunks > c.cp ? " (the causal load-balanced layout)"
+                                      : "");
+  }
   int64_t devices = int64_t(topo.numDevices());
   int64_t group = int64_t(c.tp) * c.pp * c.cp;
   if (devices % group != 0)
@@ -298,7 +309,19 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   s.pipeline.chunks = c.vp;
   if (c.pp > 1)
     s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
-  s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp);
+  if (c.cp > 1) {
+    auto cfg = contextParallelConfigs(g, megatronGroupConfigs(g, c.tp, dp),
+                                      c.tp, c.cp, int32_t(m));
+    if (!cfg)
+      return cfg.takeError();
+    s.configs = std::move(*cfg);
+    for (const Op &op : g.ops())
+      for (DeviceId &dev : s.configs[size_t(op.id)].devices)
+        dev += DeviceId(s.pipeline.group(s.pipeline.stage(op.id)) * dp *
+                        c.tp * c.cp);
+  } else {
+    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp);
+  }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));

@@ -304,6 +304,9 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   assert(tiles < (int64_t(1) << 28) && wins.size() <= 16 &&
          "a weight-gradient key holds the tile in 28 bits");
   uint32_t uo = static_cast<uint32_t>(o);
+  // Ring attention: each task runs the local block, buildRing the rest.
+  int ringLoop = ringSplitLoop(op.sem, c);
+  double ringParts = ringLoop >= 0 ? double(c.degree[size_t(ringLoop)]) : 1;
   for (int64_t k = 0; k < tiles; ++k) {
     bool any = false;
     for (int32_t r = 0; r < reps; ++r)
@@ -334,7 +337,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         Task f;
         f.kind = TaskKind::Forward;
         f.key = key(TaskKind::Forward, uo, static_cast<uint32_t>(k), rk);
-        f.exe = kt->forward;
+        f.exe = kt->forward / ringParts;
         f.resources = {d};
         f.op = o;
         f.tile = k;
@@ -344,7 +347,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         b.kind = TaskKind::Backward;
         b.key = key(TaskKind::Backward, uo, static_cast<uint32_t>(k), rk);
         // A recomputed op runs its forward again first.
-        b.exe = (splitWeight ? kt->backwardData : kt->backward()) +
+        b.exe = (splitWeight ? kt->backwardData : kt->backward()) /
+                    ringParts +
                 (strategy_.recomputes(o) ? kt->forward : Seconds(0));
         b.resources = {d};
         b.op = o;
@@ -476,6 +480,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
             }
         }
   }
+  if (ringLoop >= 0)
+    buildRing(o, ringLoop, fwdReady, bwdReady);
   // Input-gradient partial sums: tiles that differ only in loops missing
   // from an activation input's map read the same region of it, so each
   // computes a partial sum of its gradient; an all-reduce among them
@@ -490,7 +496,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
       std::vector<bool> free(op.sem.loops.size(), false);
       bool split = false;
       for (int l : op.sem.loopsMissingFrom(op.sem.inputs[size_t(gi)]))
-        if (c.degree[l] > 1)
+        if (c.degree[l] > 1 && !(l == ringLoop && ringCarries(op.sem, l, gi)))
           free[l] = split = true;
       if (!split)
         continue;
@@ -1077,8 +1083,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       if (v == kNoValue || !isFloating(inT[size_t(i)]) ||
           g.value(v).kind != ValueKind::Activation)
         continue;
-      Bytes b =
-          op.sem.inputRegion(i, mbTile).volume() * dtypeBytes(inT[size_t(i)]);
+      Bytes b = op.sem.inputRegion(i, op.sem.ringBlock(i, mbTile)).volume() *
+                dtypeBytes(inT[size_t(i)]);
       during += b;
       waiting.emplace_back(size_t(g.value(v).producer) + 1, b);
     }

@@ -102,6 +102,7 @@ void putLoops(std::string &s, const OpSemantics &sem) {
   for (const LoopDim &l : sem.loops) {
     put(s, int64_t(l.cls));
     put(s, l.size);
+    put(s, int64_t(l.ring));
   }
 }
 
@@ -223,8 +224,11 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
       pbox[t] =
           p.sem.outputRegion(ed.output, microBatchTile(pc, p.sem, t, mb, m));
     for (int64_t t = 0; t < ctiles; ++t)
+      // A ring-split tile receives only its own block of what the ring
+      // carries (OpSemantics::ringBlock; TaskGraph::buildRing).
       cbox[t] = c.sem.inputRegionInTensor(
-          ed.input, microBatchTile(cc, c.sem, t, mb, m), v.shape.dims);
+          ed.input, c.sem.ringBlock(ed.input, microBatchTile(cc, c.sem, t, mb, m)),
+          v.shape.dims);
     // Producer tiles writing the same region (partial sums) are one
     // source; send from the copy on the receiving device when there is one.
     std::map<std::vector<int64_t>, std::vector<int64_t>> sources;

@@ -33,6 +33,14 @@ struct LoopDim {
   /// the state in the forward pass and an all-reduce of its gradient in
   /// the backward pass. 0: no recurrence over this loop.
   int64_t exchangeSteps = 0;
+  /// Ring attention (Liu et al. 2023; Megatron-Core's context parallelism):
+  /// when this loop (FlashAttention's query loop) is split, the inputs it
+  /// does not index but loop `ring` does (K and V, over the key loop) are
+  /// not gathered whole to every tile: each tile holds the block of them
+  /// its own range of this loop covers (ringBlock) and the blocks travel
+  /// round the tiles that differ only in this loop, one step per block,
+  /// overlapped with the blocks' compute (TaskGraph::buildOp). -1: none.
+  int ring = -1;
 };
 
 /// One term of an index map: coeff * i[loop].
@@ -161,6 +169,12 @@ struct OpSemantics {
   /// reads at one step for `tile`: all of `l` times the tile's extent in
   /// every other splittable loop.
   int64_t exchangeElements(int l, const Box &tile) const;
+  /// The tile whose regions of input `i` a ring-split tile holds itself
+  /// (LoopDim::ring): for each loop l with a ring loop r, split in `tile`
+  /// (a proper part of l) where input i's map lacks l and indexes r, r is
+  /// cut to the same fraction of its size as l's part (the key block
+  /// matching the query block). `tile` itself where no ring applies.
+  Box ringBlock(int i, const Box &tile) const;
 
   double tileFlops(Pass p, const Box &tile) const;
   /// Bytes a tile touches in a pass, from its regions: forward reads inputs

@@ -190,6 +190,15 @@ struct SimContext {
   std::shared_ptr<AssemblyCache> assembly = nullptr;
 };
 
+/// The loop of `c` that splits a ring-attention loop (LoopDim::ring) of
+/// `sem`, or -1: the op's tiles then compute 1/degree of their kernel per
+/// ring step (TaskGraph::buildRing).
+int ringSplitLoop(const OpSemantics &sem, const OpConfig &c);
+/// Whether the ring of loop `l` carries input `i` (K and V: the ring's
+/// paired loop indexes it, `l` does not): its gradient comes home with the
+/// ring, not by an all-reduce of partial sums.
+bool ringCarries(const OpSemantics &sem, int l, int i);
+
 /// Whether graphs built in `ctx` run weight gradients as tasks of their own
 /// (SimContext::splitWeightGrad, and not on CPU ranks).
 inline bool splitsWeightGrad(const SimContext &ctx) {
@@ -358,6 +367,10 @@ private:
                   std::vector<Seconds> &removedReady);
   void link(TaskId from, TaskId to);
   llvm::Error buildOp(OpId o);
+  /// Op `o`'s ring-attention exchange over its split ring loop
+  /// (TaskGraphRing.cpp), after its tiles' forward and backward tasks.
+  void buildRing(OpId o, int ringLoop, std::vector<TaskId> &fwdReady,
+                 std::vector<TaskId> &bwdReady);
   /// Links op `anchor`'s backward-data tasks to op `later`'s weight-gradient
   /// tasks on the same device and micro-batch, once both are built.
   void deferWeightGrad(OpId later, OpId anchor);

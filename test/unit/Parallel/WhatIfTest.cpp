@@ -110,6 +110,55 @@ TEST_CASE("megatron what-if interleaves pp x vp stages over pp groups",
   CHECK(zb->pipeline.schedule == PipelineSchedule::ZbH1);
 }
 
+TEST_CASE("megatron what-if with context parallelism",
+          "[Parallel][whatif]") {
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto s = whatIfStrategy("megatron:tp=2,cp=2,mbs=1", *g, topo);
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  // 16 devices: tp 2 x cp 2 x dp 4, in Megatron's rank order (tp fastest,
+  // then cp, then dp). The attention splits its query loop over cp, its
+  // heads over tp and its samples over dp.
+  int checked = 0;
+  for (const Op &op : g->ops()) {
+    const OpConfig &c = s->configs[size_t(op.id)];
+    const OpSemantics &sem = op.sem;
+    if (op.kind == "FlashAttention") {
+      for (size_t l = 0; l < sem.loops.size(); ++l) {
+        int32_t want = sem.loops[l].name == "q"   ? 2
+                       : sem.loops[l].name == "h" ? 2
+                       : sem.loops[l].name == "n" ? 4
+                                                  : 1;
+        CHECK(c.degree[l] == want);
+      }
+      CHECK(c.replicas == 1);
+      for (int64_t k = 0; k < c.numTiles(); ++k) {
+        Box b = c.tile(sem, k);
+        int64_t ti = 0, ci = 0, si = 0;
+        for (size_t l = 0; l < sem.loops.size(); ++l) {
+          int64_t part = sem.loops[l].size / c.degree[l];
+          if (sem.loops[l].name == "h")
+            ti = b.lo[l] / part;
+          if (sem.loops[l].name == "q")
+            ci = b.lo[l] / part;
+          if (sem.loops[l].name == "n")
+            si = b.lo[l] / part;
+        }
+        CHECK(c.device(k) == DeviceId(ti + 2 * (ci + 2 * si)));
+      }
+      ++checked;
+    }
+    // Every op with the 1,024 tokens splits them 2 ways (the LM head and
+    // the loss too); weights are whole over the cp group.
+    for (size_t l = 0; l < sem.loops.size(); ++l)
+      if (sem.loops[l].size == 1024 && sem.loops[l].cls != DimClass::Reduction &&
+          op.kind != "Gather" && sem.loops[l].splittable)
+        CHECK(c.degree[l] == 2);
+  }
+  CHECK(checked == 12);
+}
+
 TEST_CASE("megatron what-if refuses what it cannot build",
           "[Parallel][whatif]") {
   auto g = fusedGpt2(16);
@@ -129,7 +178,12 @@ TEST_CASE("megatron what-if refuses what it cannot build",
   CHECK(errorOf("megatron:schedule=2f2b", *g, topo)
             .find("schedule=2f2b must be 1f1b, zb-h1 or gpipe") !=
         std::string::npos);
-  CHECK(errorOf("megatron:cp=2", *g, topo).find("context parallelism") !=
+  // gpt2's 1,024 tokens in 2 x 3 chunks (the causal load-balanced layout).
+  CHECK(errorOf("megatron:cp=3", *g, topo)
+            .find("cp=3 needs the sequence (1024) to divide into 6 chunks") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:tp=4,cp=8", *g, topo)
+            .find("tp=4 x pp=1 x cp=8 = 32 does not divide the 16 devices") !=
         std::string::npos);
   CHECK(errorOf("megatron:sp=1", *g, topo).find("sequence parallelism") !=
         std::string::npos);

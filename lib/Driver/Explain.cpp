@@ -33,6 +33,10 @@ static std::string commKind(const Task &t) {
     return "recurrent state";
   case CollectiveRole::WeightGather:
     return "weights (ZeRO all-gather)";
+  case CollectiveRole::ActivationGather:
+    return "activations (all-gather)";
+  case CollectiveRole::GradientGather:
+    return "gradients (all-gather)";
   }
   return "";
 }

@@ -486,22 +486,20 @@ llvm::Error TaskGraph::buildOp(OpId o) {
   // from an activation input's map read the same region of it, so each
   // computes a partial sum of its gradient; an all-reduce among them
   // combines them (Megatron's column-parallel backward all-reduce), after
-  // which every one holds the whole and the producer takes it from one.
+  // which every one holds the whole and the producer takes it from one —
+  // or a reduce-scatter, where each of the producer's tasks takes its own
+  // device's slice (sequence parallelism; TaskGraphSums.cpp).
   if (op.sem.backwardDataNeeded)
     for (int gi : op.sem.gradInputs) {
       ValueId in = op.inputs[size_t(gi)];
       if (in == kNoValue || !ctx_->graph.value(in).needsGrad ||
           !op.sem.inputs[size_t(gi)].present)
         continue;
-      std::vector<bool> free(op.sem.loops.size(), false);
-      bool split = false;
-      for (int l : op.sem.loopsMissingFrom(op.sem.inputs[size_t(gi)]))
-        if (c.degree[l] > 1 && !(l == ringLoop && ringCarries(op.sem, l, gi)))
-          free[l] = split = true;
-      if (!split)
+      std::vector<std::vector<int64_t>> mem = sumGroups(o, true, gi);
+      if (mem.empty())
         continue;
-      int64_t groups;
-      std::vector<std::vector<int64_t>> mem = members(free, groups);
+      int64_t groups = int64_t(mem.size());
+      std::vector<std::vector<bool>> scatter = sumsScatter(o, true, gi, mem);
       Bytes eb = dtypeBytes(ctx_->graph.value(in).dtype);
       for (int32_t mb = 0; mb < m; ++mb)
         for (int64_t g = 0; g < groups; ++g) {
@@ -514,9 +512,12 @@ llvm::Error TaskGraph::buildOp(OpId o) {
               CollectiveRole::PartialSum,
               key(TaskKind::Collective, uo, 0x20000000u | uint32_t(gi),
                   uint64_t(g) | (uint64_t(mb) << 40)),
-              o, devs, region.volume() * eb);
+              o, devs, region.volume() * eb,
+              scatter[size_t(mb)][size_t(g)] ? Collective::ReduceScatter
+                                             : Collective::AllReduce);
           tasks_[t].microBatch = mb;
           ot.own.push_back(t);
+          ot.sums.push_back({t, mb, gi, g, true, std::move(devs)});
           for (int64_t k : mem[size_t(g)])
             for (int32_t r = 0; r < reps; ++r) {
               size_t i = size_t(mb * per + k * reps + r);
@@ -527,25 +528,23 @@ llvm::Error TaskGraph::buildOp(OpId o) {
     }
   ot.bwdOut = bwdReady;
   // Partial sums: tiles that differ only in loops missing from an output's
-  // map write the same region; an all-reduce combines them.
+  // map write the same region; an all-reduce combines them, or a
+  // reduce-scatter where each reader's task takes its own device's slice
+  // (sequence parallelism; TaskGraphSums.cpp).
   size_t outs = op.outputs.size();
   ot.fwdOut.assign(size_t(m) * outs * size_t(tiles), kNoTask);
   for (size_t j = 0; j < outs; ++j) {
     if (op.outputs[j] == kNoValue)
       continue;
-    std::vector<bool> reduced(op.sem.loops.size(), false);
-    bool split = false;
-    for (int l : op.sem.reducedLoops(static_cast<int>(j)))
-      if (c.degree[l] > 1)
-        reduced[l] = split = true;
     for (int32_t mb = 0; mb < m; ++mb)
       for (int64_t k = 0; k < tiles; ++k)
         ot.fwdOut[size_t(mb) * outs * size_t(tiles) + j * size_t(tiles) +
                   size_t(k)] = fwdReady[size_t(mb * per + k * reps)];
-    if (!split)
+    std::vector<std::vector<int64_t>> mem = sumGroups(o, false, int(j));
+    if (mem.empty())
       continue;
-    int64_t groups;
-    std::vector<std::vector<int64_t>> mem = members(reduced, groups);
+    int64_t groups = int64_t(mem.size());
+    std::vector<std::vector<bool>> scatter = sumsScatter(o, false, int(j), mem);
     const Value &v = ctx_->graph.value(op.outputs[j]);
     for (int32_t mb = 0; mb < m; ++mb)
       for (int64_t gi = 0; gi < groups; ++gi) {
@@ -555,13 +554,16 @@ llvm::Error TaskGraph::buildOp(OpId o) {
         std::vector<DeviceId> devs = devicesOf(c, mem[size_t(gi)]);
         if (devs.size() < 2 || !foldKeeps(devs))
           continue;
-        TaskId t = collective(CollectiveRole::PartialSum,
-                              key(TaskKind::Collective, uo,
-                                  2 + static_cast<uint32_t>(j),
-                                  uint64_t(gi) | (uint64_t(mb) << 40)),
-                              o, devs, region.volume() * dtypeBytes(v.dtype));
+        TaskId t = collective(
+            CollectiveRole::PartialSum,
+            key(TaskKind::Collective, uo, 2 + static_cast<uint32_t>(j),
+                uint64_t(gi) | (uint64_t(mb) << 40)),
+            o, devs, region.volume() * dtypeBytes(v.dtype),
+            scatter[size_t(mb)][size_t(gi)] ? Collective::ReduceScatter
+                                            : Collective::AllReduce);
         tasks_[t].microBatch = mb;
         ot.own.push_back(t);
+        ot.sums.push_back({t, mb, int32_t(j), gi, false, std::move(devs)});
         for (int64_t k : mem[size_t(gi)]) {
           for (int32_t r = 0; r < reps; ++r)
             link(fwdReady[size_t(mb * per + k * reps + r)], t);
@@ -903,6 +905,19 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     buildEdge(e, edgeTasks_[e]);
     changed.insert(changed.end(), edgeTasks_[e].begin(), edgeTasks_[e].end());
   }
+  // Whether a partial sum is all-reduced or reduce-scattered depends on the
+  // tiling of the tasks that take it: the sums of o's producers (o reads
+  // them) and of its readers' input gradients (o takes them) change kind
+  // in place.
+  for (OpId p : producers)
+    refreshSums(p, false, changed);
+  std::set<OpId> readers;
+  for (ValueId v : op.outputs)
+    if (v != kNoValue)
+      readers.insert(ctx_->graph.value(v).users.begin(),
+                     ctx_->graph.value(v).users.end());
+  for (OpId u : readers)
+    refreshSums(u, true, changed);
   for (ValueId w : ws) {
     buildWeight(w, weightTasks_[w]);
     changed.insert(changed.end(), weightTasks_[w].begin(),

@@ -253,15 +253,117 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
         readersOf[size_t(t)] = &same; // std::map keeps its nodes in place
       }
     }
+    std::vector<const std::vector<int64_t> *> srcMembers;
+    std::vector<Box> srcBox;
+    for (const auto &[boxKey, members] : sources) {
+      srcMembers.push_back(&members);
+      srcBox.push_back(pbox[members[0]]);
+    }
+    // All-gathers instead of transfers (EdgeGather): forward, the consumer
+    // tasks that read one region, each on its own device, where the
+    // producer holds it in one slice on each of those devices; backward, a
+    // source whose tasks each need the gradient of its whole region, held
+    // in one slice on each of their devices by single readers. A ring
+    // all-gather moves what the pairwise transfers do in n - 1 steps, where
+    // the transfers queued on the links take about twice as long.
+    std::vector<bool> fwdGathered(size_t(ctiles), false);
+    std::vector<bool> bwdGathered(srcMembers.size(), false);
+    using Holder = std::pair<DeviceId, int64_t>; // device, task index
+    // Whether `from` and `to` are on the same distinct devices; if so (and
+    // the group is block 0's), adds their all-gather of `bytes`.
+    auto gather = [&](std::vector<Holder> &from, std::vector<Holder> &to,
+                      Bytes bytes, uint8_t dir) {
+      std::sort(from.begin(), from.end());
+      std::sort(to.begin(), to.end());
+      if (from.size() != to.size() || to.size() < 2)
+        return false;
+      for (size_t i = 0; i < to.size(); ++i)
+        if (from[i].first != to[i].first ||
+            (i > 0 && to[i].first == to[i - 1].first))
+          return false;
+      size_t inFirst = 0;
+      for (const Holder &h : to)
+        inFirst += !fold_.active() || mine(h.first);
+      if (inFirst != 0 && inFirst != to.size())
+        return false; // crossing blocks: the transfers say so
+      if (inFirst == 0)
+        return true;
+      EdgeGather ga;
+      for (size_t i = 0; i < to.size(); ++i) {
+        ga.from.push_back(from[i].second);
+        ga.to.push_back(to[i].second);
+        ga.devs.push_back(to[i].first - base);
+      }
+      ga.bytes = bytes;
+      ga.mb = mb;
+      ga.dir = dir;
+      plan->gathers.push_back(std::move(ga));
+      return true;
+    };
+    {
+      std::map<std::vector<int64_t>, std::vector<int64_t>> byRegion;
+      for (int64_t t = 0; t < ctiles; ++t) {
+        std::vector<int64_t> b = cbox[t].lo;
+        b.insert(b.end(), cbox[t].hi.begin(), cbox[t].hi.end());
+        byRegion[b].push_back(t);
+      }
+      TileIndex srcIndex(srcBox);
+      for (const auto &[regionKey, tiles] : byRegion) {
+        const Box &q = cbox[tiles[0]];
+        std::vector<Holder> from, to;
+        for (int64_t kc : tiles)
+          for (int32_t rc = 0; rc < crep; ++rc)
+            to.emplace_back(cc.device(kc, rc), kc * crep + rc);
+        if (to.size() < 2 || prep != 1)
+          continue;
+        std::vector<Box> parts;
+        bool single = true;
+        for (int64_t si : srcIndex.candidates(q)) {
+          if (!overlaps(srcBox[size_t(si)], q))
+            continue;
+          const std::vector<int64_t> &mem = *srcMembers[size_t(si)];
+          single = single && mem.size() == 1;
+          from.emplace_back(pc.device(mem[0], 0), mem[0]);
+          parts.push_back(srcBox[size_t(si)].intersect(q));
+        }
+        if (single && from.size() == to.size() && partsTile(q, parts) &&
+            gather(from, to, q.volume() * eb, 0))
+          for (int64_t kc : tiles)
+            fwdGathered[size_t(kc)] = true;
+      }
+    }
+    for (size_t si = 0; grad && crep == 1 && si < srcMembers.size(); ++si) {
+      const Box &pb = srcBox[si];
+      std::vector<Holder> from, to;
+      for (int64_t kp : *srcMembers[si])
+        for (int32_t rp = 0; rp < prep; ++rp)
+          to.emplace_back(pc.device(kp, rp), kp * prep + rp);
+      if (to.size() < 2)
+        continue;
+      std::vector<Box> parts;
+      bool single = true;
+      for (int64_t kc : index.candidates(pb)) {
+        if (!overlaps(pb, cbox[kc]))
+          continue;
+        single = single && readersOf[size_t(kc)]->size() == 1;
+        from.emplace_back(cc.device(kc, 0), kc);
+        parts.push_back(pb.intersect(cbox[kc]));
+      }
+      if (single && from.size() == to.size() && partsTile(pb, parts) &&
+          gather(from, to, pb.volume() * eb, 1))
+        bwdGathered[si] = true;
+    }
+    size_t si = 0;
     for (const auto &[boxKey, members] : sources) {
       const Box &pb = pbox[members[0]];
+      bool bwdGather = bwdGathered[si++];
       for (int64_t kc : index.candidates(pb)) {
         if (!overlaps(pb, cbox[kc]))
           continue;
         Box inter = pb.intersect(cbox[kc]);
         Bytes bytes = inter.volume() * eb;
         // Forward: every replica of the consumer tile needs the region.
-        for (int32_t rc = 0; rc < crep; ++rc) {
+        for (int32_t rc = 0; rc < crep && !fwdGathered[size_t(kc)]; ++rc) {
           DeviceId dst = cc.device(kc, rc);
           int64_t src = members[0];
           int32_t srcRep = 0;
@@ -274,7 +376,7 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
           step(src, kc * crep + rc, pc.device(src, srcRep), dst, bytes, 0, src,
                kc, rc);
         }
-        if (!grad)
+        if (!grad || bwdGather)
           continue;
         // Backward: every producer task needs the gradient of its region,
         // from one reader of each summed region.
@@ -313,6 +415,8 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
     return plan;
   size_t bytes =
       plan->steps.size() * sizeof(EdgeStep) + k.size() + sizeof(EdgePlan) + 64;
+  for (const EdgeGather &ga : plan->gathers)
+    bytes += sizeof(EdgeGather) + ga.devs.size() * (sizeof(DeviceId) + 16);
   if (edgePlanBytes_ + bytes > kEdgePlanBytes) {
     edgePlans_.clear();
     edgePlanBytes_ = 0;
@@ -431,6 +535,37 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
     owned.push_back(id);
     link(from, id);
     link(id, to);
+  }
+  // Keyed by the first task it gives the region to: a task takes one
+  // all-gather of an edge, in a folded graph as in the full one.
+  for (const EdgeGather &ga : plan->gathers) {
+    if (count) {
+      ++*count;
+      continue;
+    }
+    size_t mb = size_t(ga.mb);
+    std::vector<DeviceId> devs;
+    for (DeviceId d : ga.devs)
+      devs.push_back(base + d);
+    TaskId id = collective(
+        ga.dir == 0 ? CollectiveRole::ActivationGather
+                    : CollectiveRole::GradientGather,
+        key(TaskKind::Collective, 0xC0000000u | static_cast<uint32_t>(e),
+            (uint32_t(ga.mb) << 1) | ga.dir, uint64_t(ga.to[0])),
+        ed.consumer, devs, ga.bytes, Collective::AllGather);
+    tasks_[id].microBatch = ga.mb;
+    owned.push_back(id);
+    for (size_t j = 0; j < ga.from.size(); ++j) {
+      if (ga.dir == 0) {
+        link(pt.fwdOut[(mb * outs + size_t(ed.output)) * size_t(ptiles) +
+                       size_t(ga.from[j])],
+             id);
+        link(id, ct.fwd[mb * size_t(cper) + size_t(ga.to[j])]);
+      } else {
+        link(ct.bwdOut[mb * size_t(cper) + size_t(ga.from[j])], id);
+        link(id, pt.bwd[mb * size_t(pper) + size_t(ga.to[j])]);
+      }
+    }
   }
 }
 

@@ -114,6 +114,10 @@ inline int64_t overlapVolume(const Box &a, const Box &b) {
   return v;
 }
 
+/// Whether `parts` tile `whole`: each of |whole| / n points (n parts), none
+/// outside it, no two overlapping.
+bool partsTile(const Box &whole, const std::vector<Box> &parts);
+
 } // namespace soap::detail
 
 #endif

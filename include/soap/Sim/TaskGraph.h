@@ -55,6 +55,11 @@ enum class CollectiveRole : uint8_t {
   Exchange,     ///< a recurrence's state, every step (LoopDim::exchangeSteps)
   WeightGather, ///< ZeRO's all-gather of weights: the updated shards (1, 2)
                 ///< or the whole weight before a forward or backward (3)
+  /// An edge's region all-gathered: each device of the group holds one
+  /// slice of what every one of them reads (TaskGraph::EdgeGather) — a
+  /// sequence-parallel activation before a column-parallel GEMM ...
+  ActivationGather,
+  GradientGather, ///< ... or its gradient before a row-parallel one's backward
 };
 
 /// A canonical identity of a task, independent of the order the graph was
@@ -360,9 +365,41 @@ private:
     std::vector<TaskId> bwdOut; ///< per micro-batch and task: input
                                 ///< gradients ready
     std::vector<TaskId> own;    ///< every task of the segment
+    /// The collectives of partial sums (of an output, or of an input's
+    /// gradient), whose kind follows the neighbours' configurations
+    /// (sumsScatter): changing a neighbour updates them in place.
+    struct Sum {
+      TaskId task;
+      int32_t mb;
+      int32_t index; ///< output j, or input i
+      int64_t group;
+      bool input;
+      std::vector<DeviceId> devs;
+    };
+    std::vector<Sum> sums;
   };
 
   TaskId newTask(Task t);
+  /// Per micro-batch and group (`members`, tiles of op `o` writing one
+  /// region), whether the partial sums of o's output `index` (or, with
+  /// `input`, of the gradient of its input `index`) are reduce-scattered
+  /// rather than all-reduced: the tasks that take the summed region (the
+  /// output's readers; the input's producer) each take a distinct equal
+  /// slice of it, on the group's own devices, one slice per device
+  /// (TaskGraphSums.cpp).
+  /// The tiles of op `o` whose partial sums of output `index` (or, with
+  /// `input`, of input `index`'s gradient) are combined: each group's tiles
+  /// differ only in split loops missing from the operand's map. Empty when
+  /// no such loop is split.
+  std::vector<std::vector<int64_t>> sumGroups(OpId o, bool input,
+                                              int index) const;
+  std::vector<std::vector<bool>>
+  sumsScatter(OpId o, bool input, int index,
+              const std::vector<std::vector<int64_t>> &members) const;
+  /// Sets the kind of op `o`'s partial-sum collectives (of outputs, or
+  /// with `input` of input gradients) from the neighbours' current
+  /// configurations, in place; appends those that changed to `changed`.
+  void refreshSums(OpId o, bool input, std::vector<TaskId> &changed);
   void removeTask(TaskId id, std::vector<TaskId> &touched,
                   std::vector<Seconds> &removedReady);
   void link(TaskId from, TaskId to);
@@ -395,8 +432,21 @@ private:
     int32_t mb, r;
     uint8_t dir;
   };
+  /// Transfers of an edge that are one all-gather: the devices of `devs`
+  /// each hold one distinct slice of a region that every one of them reads
+  /// whole (a sequence-parallel activation before a column-parallel GEMM,
+  /// forward; its gradient before a row-parallel GEMM's backward). `from`
+  /// and `to` index tasks as EdgeStep's do, one per device.
+  struct EdgeGather {
+    std::vector<int64_t> from, to;
+    std::vector<DeviceId> devs; ///< relative to the plan's base, ascending
+    Bytes bytes;                ///< the whole region
+    int32_t mb;
+    uint8_t dir;
+  };
   struct EdgePlan {
     std::vector<EdgeStep> steps; ///< in build order; only block 0's
+    std::vector<EdgeGather> gathers; ///< only block 0's
     bool broken = false;         ///< a transfer crosses blocks
   };
   /// Edge `e`'s plan with devices relative to `base` (the lowest device of

@@ -146,14 +146,16 @@ TEST_CASE("SOYBEAN's MLP under data and model parallelism", "[Sim]") {
   CHECK(dp.transferBytes == 0);
   CHECK(dp.collectiveBytes == 5 * 2 * 15 * 360000);
   // Model parallel (n split): 300 units split 15 ways (16 does not divide
-  // 300). Each of layers 2-5 needs its whole input on every device, 14/15
-  // of [400, 300] floats from the others; in the backward pass each device
-  // holds a partial gradient of that whole input, which an all-reduce over
-  // the 15 sums (a ring: 2 x 14 x 480,000 bytes), after which each device
-  // takes its own columns in place.
+  // 300). Each of layers 2-5 needs its whole input on every device, of
+  // which each device holds its own columns: an all-gather over the 15 (a
+  // ring: 14 x 480,000 bytes), no transfer. In the backward pass each
+  // device holds a partial gradient of that whole input, of which the
+  // previous layer's tile on it needs only its own columns: a
+  // reduce-scatter over the 15 sums them (14 x 480,000 bytes again), each
+  // device left with its columns in place.
   SimMetrics mp = run(1, 15);
-  CHECK(mp.transferBytes == 4 * 15 * 14 * (400 * 20 * 4));
-  CHECK(mp.collectiveBytes == 4 * 2 * 14 * (400 * 300 * 4));
+  CHECK(mp.transferBytes == 0);
+  CHECK(mp.collectiveBytes == 4 * (14 + 14) * (400 * 300 * 4));
 }
 
 TEST_CASE("An LSTM layer split on its hidden units exchanges its state every "

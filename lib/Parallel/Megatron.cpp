@@ -77,12 +77,93 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
   return {-1, -1};
 }
 
+bool isWeightInput(const OpSemantics &sem, size_t i) {
+  return std::find(sem.weightInputs.begin(), sem.weightInputs.end(), int(i)) !=
+         sem.weightInputs.end();
+}
+
+/// Calls `f(map, value)` for each present activation operand of `op`: its
+/// outputs, then its inputs that are not weights.
+template <typename F> void forEachActivation(const Op &op, F f) {
+  for (size_t j = 0; j < op.outputs.size(); ++j)
+    if (op.outputs[j] != kNoValue && op.sem.outputs[j].present)
+      f(op.sem.outputs[j], op.outputs[j]);
+  for (size_t i = 0; i < op.inputs.size(); ++i)
+    if (op.inputs[i] != kNoValue && op.sem.inputs[i].present &&
+        !isWeightInput(op.sem, i))
+      f(op.sem.inputs[i], op.inputs[i]);
+}
+
+/// The query-sequence loop of an attention op (isAttentionOp): FlashAttention's
+/// "q", an eager [batch, heads, q, k] softmax's third loop.
+int queryLoop(const Op &op) {
+  for (size_t l = 0; l < op.sem.loops.size(); ++l)
+    if (op.sem.loops[l].name == "q")
+      return int(l);
+  return op.kind == "FlashAttention" ? -1 : 2;
+}
+
 } // namespace
 
-std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
-                                           int64_t d) {
+std::vector<int> sequenceLoops(const Graph &g) {
+  // Per value, its sequence dim: seeded from the attention's query loop,
+  // then carried through the ops' index maps both ways until nothing
+  // changes (an op's sequence loop is the one that indexes an operand's
+  // sequence dim; the dims that loop indexes in its other operands are
+  // theirs). Weights are not followed (a tied embedding is not a
+  // sequence).
+  std::vector<int> dim(g.numValues(), -1);
+  std::vector<int> loop(g.numOps(), -1);
+  auto spread = [&](const Op &op, int l) {
+    bool grew = false;
+    loop[size_t(op.id)] = l;
+    forEachActivation(op, [&](const TensorMap &m, ValueId v) {
+      int d = tensorDimOf(m, g.value(v).shape.dims, dimOfLoop(m, l));
+      if (d >= 0 && dim[size_t(v)] < 0) {
+        dim[size_t(v)] = d;
+        grew = true;
+      }
+    });
+    return grew;
+  };
+  bool any = false;
+  for (const Op &op : g.ops())
+    if (isAttentionOp(op)) {
+      int q = queryLoop(op);
+      if (q >= 0 && size_t(q) < op.sem.loops.size()) {
+        spread(op, q);
+        any = true;
+      }
+    }
+  if (!any)
+    return loop;
+  auto visit = [&](const Op &op) {
+    if (loop[size_t(op.id)] >= 0)
+      return spread(op, loop[size_t(op.id)]);
+    int l = -1;
+    forEachActivation(op, [&](const TensorMap &m, ValueId v) {
+      if (l < 0 && dim[size_t(v)] >= 0)
+        l = loopOf(m, mapDimOf(m, g.value(v).shape.dims, dim[size_t(v)]));
+    });
+    return l >= 0 && spread(op, l);
+  };
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Op &op : g.ops())
+      grew |= visit(op);
+    for (size_t o = g.numOps(); o-- > 0;)
+      grew |= visit(g.op(OpId(o)));
+  }
+  return loop;
+}
+
+std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
+                                           bool sequence) {
   std::vector<OpConfig> configs;
   std::vector<int> splitDim(g.numValues(), -1);
+  std::vector<int> seq;
+  if (sequence && t > 1)
+    seq = sequenceLoops(g);
   for (const Op &op : g.ops()) {
     const OpSemantics &sem = op.sem;
     auto [tl, od] =
@@ -104,6 +185,17 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
     bool dataSplit = sl >= 0 && divides(sem.loops[size_t(sl)], d);
     if (dataSplit)
       c.degree[size_t(sl)] = int32_t(d);
+    // Sequence parallelism: an op the tensor-parallel group would replicate
+    // is split along the sequence instead (its outputs stay whole as far as
+    // the tensor split is concerned: the next column-parallel GEMM gathers
+    // them).
+    if (tl < 0 && !seq.empty()) {
+      int q = seq[size_t(op.id)];
+      if (q >= 0 && q != sl && divides(sem.loops[size_t(q)], t) &&
+          sem.loops[size_t(q)].cls != DimClass::Reduction &&
+          !sem.loops[size_t(q)].statReduced)
+        tl = q;
+    }
     if (tl >= 0)
       c.degree[size_t(tl)] = t;
     // Replicated over the tensor-parallel group (and over the data-parallel
@@ -129,9 +221,9 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
 }
 
 std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
-                                            const Pipeline &pipeline,
-                                            int32_t t, int64_t d) {
-  std::vector<OpConfig> configs = megatronGroupConfigs(g, t, d);
+                                            const Pipeline &pipeline, int32_t t,
+                                            int64_t d, bool sequence) {
+  std::vector<OpConfig> configs = megatronGroupConfigs(g, t, d, sequence);
   for (const Op &op : g.ops())
     for (DeviceId &dev : configs[size_t(op.id)].devices)
       dev += DeviceId(pipeline.group(pipeline.stage(op.id)) * d * t);
@@ -244,7 +336,7 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (p > 1)
     s.pipeline.stageOf = layerStages(g, p);
-  s.configs = megatronStagedConfigs(g, s.pipeline, t, d);
+  s.configs = megatronStagedConfigs(g, s.pipeline, t, d, shape.sequence);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

@@ -235,8 +235,13 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: vp={} runs the interleaved 1F1B "
                       "schedule, not schedule={}",
                       c.vp, scheduleName(c.schedule));
-  if (c.sp)
-    return lacks("sp=1", "sequence parallelism");
+  if (c.sp && c.tp < 2)
+    return inputError("--strategy megatron: sp=1 (sequence parallelism) "
+                      "needs tp > 1: it splits the tensor-parallel group's "
+                      "replicated ops along the sequence");
+  if (c.sp && c.cp > 1)
+    return lacks(fmt::format("sp=1 with cp={}", c.cp),
+                 "sequence parallelism inside a context-parallel group");
   if (c.cp > 1) {
     // Megatron's load-balanced causal layout cuts the sequence in 2 x cp
     // chunks.
@@ -287,6 +292,14 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                           "{} heads of {}",
                           c.tp, heads, g.where(op.id));
     }
+  if (c.sp) {
+    std::vector<int> seq = sequenceLoops(g);
+    if (std::all_of(seq.begin(), seq.end(), [](int l) { return l < 0; }))
+      return inputError("--strategy megatron: sp=1 (sequence parallelism) "
+                        "needs a sequence, and {} has no attention to find "
+                        "it by",
+                        g.sourcePath);
+  }
   int64_t batch = globalBatch(g);
   if (batch <= 0 || batch % (dp * c.mbs) != 0)
     return inputError("--strategy megatron: the batch of {} does not split "
@@ -320,7 +333,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
         dev += DeviceId(s.pipeline.group(s.pipeline.stage(op.id)) * dp *
                         c.tp * c.cp);
   } else {
-    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp);
+    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp);
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   if (auto err = verifyStrategy(s, g, topo))

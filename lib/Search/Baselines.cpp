@@ -175,7 +175,8 @@ private:
 /// Megatron's selective recomputation) over its keys: every
 /// tensor-parallel degree t that divides a node's GPUs (powers of two) and
 /// every stage count p that divides the nodes (and the layers, as
-/// Megatron-LM requires), each with 1F1B from m = 4p,
+/// Megatron-LM requires), without and (t > 1, a graph with attention) with
+/// sequence parallelism, each with 1F1B from m = 4p,
 /// the distributed optimizer and recomputation as needed, more
 /// micro-batches while they pay; the fastest that fits.
 class MegatronSearcher : public Searcher {
@@ -187,52 +188,59 @@ public:
     std::optional<SearchResult> best;
     std::string lastError;
     std::vector<Shaped> pipelined;
+    // Sequence parallelism where the graph has a sequence to split.
+    std::vector<int> seq = sequenceLoops(p.graph);
+    bool hasSequence =
+        std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
     // Megatron-LM needs the layers to divide into the stages: a stage
     // count that does not is not one its users can run (and past the layer
     // count a stage would hold a fraction of one).
     int64_t layers = int64_t(transformerLayerStarts(p.graph).size());
-    for (int32_t t = 1; t <= perNode; t *= 2) {
-      if (perNode % t != 0)
+    std::vector<MegatronShape> shapes;
+    for (int32_t t = 1; t <= perNode; t *= 2)
+      for (int32_t stages = 1; size_t(stages) <= nodes; stages *= 2)
+        for (bool sp : {false, true})
+          if (perNode % t == 0 && nodes % size_t(stages) == 0 &&
+              (layers == 0 || layers % stages == 0) &&
+              (!sp || (t > 1 && hasSequence)))
+            shapes.push_back({t, stages, 0, sp});
+    for (const MegatronShape &shape : shapes) {
+      if (o.pastDeadline())
+        break;
+      int32_t t = shape.tensor, stages = shape.pipeline;
+      bool sp = shape.sequence;
+      auto s = megatronStrategy(p.graph, p.topo, shape);
+      if (!s) {
+        lastError = errorMessage(s.takeError());
         continue;
-      for (int32_t stages = 1; size_t(stages) <= nodes; stages *= 2) {
-        if (nodes % size_t(stages) != 0)
-          continue;
-        if (layers > 0 && layers % stages != 0)
-          continue;
-        if (o.pastDeadline())
-          break;
-        auto s = megatronStrategy(p.graph, p.topo, {t, stages, 0});
-        if (!s) {
-          lastError = errorMessage(s.takeError());
-          continue;
-        }
-        // As a user tunes Megatron-LM: its distributed optimizer (ZeRO-1),
-        // then selective and full recomputation when the shape does not
-        // fit, and more micro-batches (a smaller --micro-batch-size) while
-        // nothing fits or they still pay.
-        uint64_t n = 0;
-        // Lighter rungs at more micro-batches are tried too: Megatron-LM
-        // users run a micro-batch of 1 without recomputation where it fits
-        // (NeMo's GPT-3 175B) rather than recompute at a larger one.
-        auto fit = fitMicroBatches(p, *s, memoryLadder(true), n, o,
-                                   /*whileLighter=*/true);
-        if (!fit)
-          return fit.takeError();
-        tried_ += n;
-        if (!*fit) {
-          spdlog::info("megatron: t={} p={}: does not fit", t, stages);
-          continue;
-        }
-        spdlog::info("megatron: t={} p={} m={}{}: {:.3f} ms", t, stages,
-                     s->pipeline.microBatches, (*fit)->second.str(),
-                     (*fit)->first * 1e3);
-        if (stages > 1)
-          pipelined.push_back({(*fit)->first, t, *s});
-        if (!best || (*fit)->first < best->iterationTime) {
-          best = SearchResult();
-          best->strategy = std::move(*s);
-          best->iterationTime = (*fit)->first;
-        }
+      }
+      // As a user tunes Megatron-LM: its distributed optimizer (ZeRO-1),
+      // then selective and full recomputation when the shape does not
+      // fit, and more micro-batches (a smaller --micro-batch-size) while
+      // nothing fits or they still pay.
+      uint64_t n = 0;
+      // Lighter rungs at more micro-batches are tried too: Megatron-LM
+      // users run a micro-batch of 1 without recomputation where it fits
+      // (NeMo's GPT-3 175B) rather than recompute at a larger one.
+      auto fit = fitMicroBatches(p, *s, memoryLadder(true), n, o,
+                                 /*whileLighter=*/true);
+      if (!fit)
+        return fit.takeError();
+      tried_ += n;
+      if (!*fit) {
+        spdlog::info("megatron: t={} p={}{}: does not fit", t, stages,
+                     sp ? " sp" : "");
+        continue;
+      }
+      spdlog::info("megatron: t={} p={}{} m={}{}: {:.3f} ms", t, stages,
+                   sp ? " sp" : "", s->pipeline.microBatches,
+                   (*fit)->second.str(), (*fit)->first * 1e3);
+      if (stages > 1)
+        pipelined.push_back({(*fit)->first, t, sp, *s});
+      if (!best || (*fit)->first < best->iterationTime) {
+        best = SearchResult();
+        best->strategy = std::move(*s);
+        best->iterationTime = (*fit)->first;
       }
     }
     if (best)
@@ -253,10 +261,12 @@ public:
   }
 
 private:
-  /// A fitted pipelined shape: its time, tensor degree and strategy.
+  /// A fitted pipelined shape: its time, tensor degree, whether it has
+  /// sequence parallelism, and its strategy.
   struct Shaped {
     Seconds time;
     int32_t tensor;
+    bool sequence; ///< sequence parallelism
     Strategy strategy;
   };
 
@@ -293,8 +303,8 @@ private:
         Strategy s = base;
         s.pipeline.chunks = int32_t(v);
         s.pipeline.stageOf = layerStages(p.graph, stages * int32_t(v));
-        s.configs =
-            megatronStagedConfigs(p.graph, s.pipeline, shapes[k].tensor, d);
+        s.configs = megatronStagedConfigs(p.graph, s.pipeline, shapes[k].tensor,
+                                          d, shapes[k].sequence);
         tries.push_back(std::move(s));
       }
       for (Strategy &s : tries) {
@@ -310,8 +320,8 @@ private:
                                  best.iterationTime);
         if (!fit)
           return fit.takeError();
-        spdlog::info("megatron: t={} p={} v={} {}{}: {}", shapes[k].tensor,
-                     stages, s.pipeline.chunks,
+        spdlog::info("megatron: t={} p={}{} v={} {}{}: {}", shapes[k].tensor,
+                     stages, shapes[k].sequence ? " sp" : "", s.pipeline.chunks,
                      scheduleName(s.pipeline.schedule).str(),
                      fit->rung.str(),
                      !fit->fits ? std::string("does not fit")

@@ -19,6 +19,8 @@ struct MegatronShape {
   int32_t pipeline = 1; ///< p: stages
   /// m; 0: 4 x stages, halved until it divides the batch.
   int32_t microBatches = 0;
+  /// Sequence parallelism (megatronGroupConfigs).
+  bool sequence = false;
 };
 
 /// The Megatron strategy of `shape` for `g` on `topo`. Errors (exit 2) when
@@ -30,15 +32,28 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
 /// Megatron's configuration of every op on one group of t x d devices,
 /// 0 .. t*d - 1: the tensor-parallel split (or replicas) over t adjacent
 /// devices, the sample loop split d ways (replicas where it cannot be).
-std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t,
-                                           int64_t d);
+/// With `sequence` (Megatron's sequence parallelism, Korthikanti et al.
+/// 2022), an op the tensor split leaves replicated over the t devices —
+/// LayerNorm, bias, dropout and residual adds, the embedding — is split t
+/// ways along its sequence loop (sequenceLoops) where it has one: the
+/// simulator then reduce-scatters the row-parallel GEMM's partial sums and
+/// the column-parallel GEMM's input gradients, and the column-parallel
+/// GEMM gathers its input.
+std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
+                                           bool sequence = false);
 
 /// megatronGroupConfigs for every stage of `pipeline`: each op's group is
 /// the t x d devices of its stage's device group (Pipeline::group), groups
 /// on consecutive device ranges.
 std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
-                                            const Pipeline &pipeline,
-                                            int32_t t, int64_t d);
+                                            const Pipeline &pipeline, int32_t t,
+                                            int64_t d, bool sequence = false);
+
+/// Per op, the loop that runs along the sequence, or -1: the attention's
+/// query loop (isAttentionOp: FlashAttention's "q", an eager softmax's third
+/// loop), carried through the ops' index maps from operand to operand in
+/// both directions (weights aside). All -1 in a graph without attention.
+std::vector<int> sequenceLoops(const Graph &g);
 
 /// The ops' stages for `stages` contiguous stages of about equal forward
 /// FLOPs, in op (topological) order.

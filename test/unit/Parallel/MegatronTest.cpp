@@ -43,6 +43,45 @@ TEST_CASE("megatron splits attention and MLP by columns then rows",
   CHECK(configOf(*g, *s4, "/layers.0/ffn_out/MatMul") == "b0=2 k=4 @0-7");
 }
 
+TEST_CASE("megatron's sequence parallelism splits the replicated ops along "
+          "the sequence",
+          "[Parallel][megatron]") {
+  auto g = zooModel("transformer_small", 64);
+  Topology topo = exampleTopology("dgx-h100-1");
+  // The sequence is what the attention's query loop indexes, followed
+  // through the index maps: the second loop of the [batch, sequence,
+  // hidden] ops, the GEMMs' m, the eager softmax's third.
+  std::vector<int> seq = sequenceLoops(*g);
+  auto loopName = [&](const char *name) {
+    OpId o = g->findOp(name);
+    REQUIRE(o >= 0);
+    int l = seq[size_t(o)];
+    return l < 0 ? std::string("-") : g->op(o).sem.loops[size_t(l)].name;
+  };
+  CHECK(loopName("/tok/Gather") == "i1");
+  CHECK(loopName("/layers.0/ln1/LayerNormalization") == "d1");
+  CHECK(loopName("/layers.0/attn/query/MatMul") == "m");
+  CHECK(loopName("/layers.0/attn/Softmax") == "d2");
+  CHECK(loopName("/layers.0/attn/Transpose") == "d2");
+  auto s = megatronStrategy(*g, topo, {2, 1, 0, true});
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  // What the tensor split replicates is split along the sequence over the
+  // same pair; the tensor split itself is unchanged.
+  CHECK(configOf(*g, *s, "/layers.0/ln1/LayerNormalization") ==
+        "d0=4 d1=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/resid_drop/Dropout") ==
+        "d0=4 d1=2 @0-7");
+  CHECK(configOf(*g, *s, "/tok/Gather") == "i0=4 i1=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/query/MatMul") == "b0=4 n=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/Softmax") == "d0=4 d1=2 @0-7");
+  CHECK(configOf(*g, *s, "/layers.0/attn/proj/MatMul") == "b0=4 k=2 @0-7");
+  // Without attention there is no sequence: nothing changes.
+  auto mlp = zooModel("mlp", 64);
+  std::vector<int> none = sequenceLoops(*mlp);
+  CHECK(std::all_of(none.begin(), none.end(), [](int l) { return l < 0; }));
+}
+
 TEST_CASE("megatron's stages hold equal layers, on consecutive nodes",
           "[Parallel][megatron]") {
   auto g = zooModel("transformer", 64);

@@ -185,7 +185,7 @@ TEST_CASE("megatron what-if refuses what it cannot build",
   CHECK(errorOf("megatron:tp=4,cp=8", *g, topo)
             .find("tp=4 x pp=1 x cp=8 = 32 does not divide the 16 devices") !=
         std::string::npos);
-  CHECK(errorOf("megatron:sp=1", *g, topo).find("sequence parallelism") !=
+  CHECK(errorOf("megatron:sp=1", *g, topo).find("needs tp > 1") !=
         std::string::npos);
   CHECK(errorOf("megatron:tp=8,pp=1,mbs=1", *g, topo)
             .find("does not divide the 12 heads") != std::string::npos);
@@ -198,6 +198,41 @@ TEST_CASE("megatron what-if refuses what it cannot build",
   CHECK(errorOf("megatron:tp=2,mbs=3", *g, topo).find("does not split") !=
         std::string::npos);
   CHECK(errorOf("zero:3", *g, topo).find("unknown what-if") !=
+        std::string::npos);
+}
+
+TEST_CASE("megatron what-if with sequence parallelism", "[Parallel][whatif]") {
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto s0 = whatIfStrategy("megatron:tp=4,pp=2,mbs=1", *g, topo);
+  auto s1 = whatIfStrategy("megatron:tp=4,pp=2,mbs=1,sp=1", *g, topo);
+  if (!s0 || !s1)
+    FAIL("megatron what-if");
+  auto config = [&](const Strategy &s, const char *name) {
+    OpId o = g->findOp(name);
+    REQUIRE(o >= 0);
+    return s.configs[size_t(o)].str(g->op(o).sem);
+  };
+  // Between the GEMMs: replicated over the tensor-parallel four, or split
+  // four ways along the sequence (d1 of [batch, sequence, hidden]).
+  for (const char *name :
+       {"/h.0/ln_1/LayerNormalization", "/h.0/Add/Fused", "/h.0/Add_3/Fused",
+        "/h.11/ln_2/LayerNormalization"}) {
+    CHECK(config(*s0, name).find("x4") != std::string::npos);
+    CHECK(config(*s1, name).find("d1=4") != std::string::npos);
+  }
+  CHECK(config(*s1, "/wte/Gather").find("i1=4") != std::string::npos);
+  // The GEMMs, the attention and the stages are Megatron's either way.
+  for (const char *name : {"/h.0/attn/qkv/MatMul", "/h.0/attn/proj/MatMul",
+                           "/h.0/attn/FlashAttention", "/h.0/c_proj/MatMul"})
+    CHECK(config(*s1, name) == config(*s0, name));
+  CHECK(s1->pipeline.stageOf == s0->pipeline.stageOf);
+  CHECK(s1->pipeline.microBatches == s0->pipeline.microBatches);
+  // A graph without attention has no sequence to split.
+  auto mlp = zooModel("mlp", 16);
+  CHECK(errorOf("megatron:tp=2,sp=1", *mlp, topo).find("needs a sequence") !=
+        std::string::npos);
+  CHECK(errorOf("megatron:tp=2,cp=2,sp=1", *g, topo).find("sp=1 with cp=2") !=
         std::string::npos);
 }
 

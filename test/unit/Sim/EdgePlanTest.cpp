@@ -7,6 +7,7 @@
 
 #include "soap/Parallel/BuiltinStrategies.h"
 #include "soap/Parallel/Megatron.h"
+#include <tuple>
 
 using namespace soap;
 using namespace soap::test;
@@ -60,12 +61,17 @@ TEST_CASE("shared edge plans give the graph every edge's own plan gives",
           "[Sim][edgeplan]") {
   SECTION("Megatron's shapes with pipelines, folded and in full") {
     Fixture f("transformer_small", 64, "dgx-h100-8");
-    for (auto [t, p] : {std::pair{8, 2}, {4, 4}, {2, 4}, {1, 2}}) {
-      auto s = megatronStrategy(*f.g, f.topo, MegatronShape{t, p, 0});
+    for (auto [t, p, sp] : {std::tuple{8, 2, false},
+                            {4, 4, false},
+                            {2, 4, false},
+                            {1, 2, false},
+                            {4, 2, true}}) {
+      auto s = megatronStrategy(*f.g, f.topo, MegatronShape{t, p, 0, sp});
       if (!s)
         FAIL(errorMessage(s.takeError()));
       for (bool fold : {true, false}) {
-        INFO("t=" << t << " p=" << p << (fold ? " folded" : " full"));
+        INFO("t=" << t << " p=" << p << " sp=" << sp
+                  << (fold ? " folded" : " full"));
         Built b = requireSameGraph(f, *s, fold);
         REQUIRE(b.transfers > 0);
         // The blocks repeat: fewer kinds of edge than edges.

@@ -137,13 +137,15 @@ TEST_CASE("a folded graph gives the full graph's timeline", "[Sim][fold]") {
       int32_t t, p, folds;
     };
     for (auto [t, p, expected] :
-         {Case{8, 2, 4}, Case{4, 4, 2}, Case{8, 4, 2}, Case{2, 1, 8}}) {
-      auto s = megatronStrategy(*f.g, f.topo, MegatronShape{t, p, 0});
-      if (!s)
-        FAIL(errorMessage(s.takeError()));
-      INFO("t=" << t << " p=" << p);
-      REQUIRE(requireSameTimeline(f, *s) == expected);
-    }
+         {Case{8, 2, 4}, Case{4, 4, 2}, Case{8, 4, 2}, Case{2, 1, 8}})
+      for (bool sp : {false, true}) {
+        // (With sequence parallelism: reduce-scatters and all-gathers.)
+        auto s = megatronStrategy(*f.g, f.topo, MegatronShape{t, p, 0, sp});
+        if (!s)
+          FAIL(errorMessage(s.takeError()));
+        INFO("t=" << t << " p=" << p << " sp=" << sp);
+        REQUIRE(requireSameTimeline(f, *s) == expected);
+      }
   }
   SECTION("a CNN with split statistics on dgx-h100-2") {
     Fixture f("resnet_small", 32, "dgx-h100-2");

@@ -65,10 +65,11 @@ std::vector<uint8_t> megatronSelectiveRecompute(const Graph &g);
 /// pp x vp stages of equal transformer layers (the embedding on the first,
 /// the LM head and loss on the last; stage s on pipeline rank s % pp), 1F1B
 /// (interleaved when vp > 1) or the schedule given over batch / (dp x mbs)
-/// micro-batches, the distributed optimizer as ZeRO-1, and Megatron's
-/// recomputation: selective = the core attention (FlashAttention, or in an
-/// eager graph every op without weights that saves something); full =
-/// each layer from its input.
+/// micro-batches, the distributed optimizer as ZeRO-1, sequence parallelism
+/// (sp: what the tensor split replicates split along the sequence,
+/// megatronGroupConfigs), and Megatron's recomputation: selective = the
+/// core attention (FlashAttention, or in an eager graph every op without
+/// weights that saves something); full = each layer from its input.
 llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                                                 const Topology &topo,
                                                 const MegatronConfig &c);

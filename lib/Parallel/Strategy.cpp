@@ -604,6 +604,9 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
                           weightGradOrderName(s.weightGradOrder(o.id)));
     }
   }
+  if (s.gradSync.bucketParams < 0)
+    return inputError("{}: a gradient bucket of {} parameters", g.sourcePath,
+                      s.gradSync.bucketParams);
   if (s.configs.size() != g.numOps())
     return inputError("{}: the strategy configures {} ops, the graph has {}",
                       g.sourcePath, s.configs.size(), g.numOps());

@@ -44,7 +44,7 @@ bool Plan::operator==(const Plan &o) const {
          topologyName == o.topologyName && numDevices == o.numDevices &&
          deviceType == o.deviceType && figures == o.figures &&
          microBatches == o.microBatches && schedule == o.schedule &&
-         chunks == o.chunks && ops == o.ops;
+         chunks == o.chunks && gradSync == o.gradSync && ops == o.ops;
 }
 
 PlanFigures planFigures(const SimMetrics &m, int64_t batch,
@@ -79,6 +79,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
   p.microBatches = s.pipeline.microBatches;
   p.schedule = s.pipeline.schedule;
   p.chunks = s.pipeline.chunks;
+  p.gradSync = s.gradSync;
   for (const Op &op : g.ops()) {
     const OpConfig &c = s.configs[op.id];
     assert(c.degree.size() == op.sem.loops.size() && "unverified strategy");
@@ -138,6 +139,10 @@ Json planToJson(const Plan &p) {
                    {"stages", stages}};
   if (p.chunks > 1)
     j["pipeline"]["virtual_stages"] = p.chunks;
+  if (p.gradSync != GradSync())
+    j["grad_sync"] = {{"overlap_grad_reduce", p.gradSync.overlapGradReduce},
+                      {"overlap_param_gather", p.gradSync.overlapParamGather},
+                      {"bucket_size", p.gradSync.bucketParams}};
   Json ops = Json::array();
   for (const PlanOp &po : p.ops) {
     Json loops = Json::object();
@@ -470,7 +475,8 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     return r_.error("", "expected an object");
   if (auto err = knownKeys(j, "",
                            {"$schema", "format", "version", "model", "topology",
-                            "search", "predicted", "pipeline", "ops"}))
+                            "search", "predicted", "pipeline", "grad_sync",
+                            "ops"}))
     return err;
   SOAP_PLAN_TRY(format, r_.string(j, "", "format"));
   if (format != "soapc-plan")
@@ -517,6 +523,25 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     }
   } else if (j.contains("pipeline")) {
     return r_.error("/pipeline", "a version 1 plan has no pipeline");
+  }
+  if (j.contains("grad_sync")) {
+    SOAP_PLAN_TRY(gs, r_.object(j, "", "grad_sync"));
+    if (auto err = knownKeys(*gs, "/grad_sync",
+                             {"overlap_grad_reduce", "overlap_param_gather",
+                              "bucket_size"}))
+      return err;
+    for (auto [k, field] :
+         {std::pair{"overlap_grad_reduce", &p.gradSync.overlapGradReduce},
+          {"overlap_param_gather", &p.gradSync.overlapParamGather}}) {
+      if (!gs->contains(k))
+        continue;
+      SOAP_PLAN_TRY(v, boolean(*gs, "/grad_sync", k));
+      *field = v;
+    }
+    if (gs->contains("bucket_size")) {
+      SOAP_PLAN_TRY(b, r_.integer(*gs, "/grad_sync", "bucket_size", 0));
+      p.gradSync.bucketParams = b;
+    }
   }
   if (auto err = parseModel(j, p))
     return err;

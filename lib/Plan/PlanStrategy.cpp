@@ -79,6 +79,7 @@ void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
   s.pipeline.microBatches = p.microBatches;
   s.pipeline.schedule = p.schedule;
   s.pipeline.chunks = p.chunks;
+  s.gradSync = p.gradSync;
   bool staged = false;
   for (const PlanOp &po : p.ops)
     staged |= po.stage > 0;

@@ -147,6 +147,41 @@ llvm::StringRef weightGradOrderName(WeightGradOrder o);
 /// "next", "last" or "now".
 std::optional<WeightGradOrder> parseWeightGradOrder(llvm::StringRef name);
 
+/// How the runtime synchronises weight gradients over data-parallel groups
+/// (Megatron-Core's DistributedDataParallelConfig; the defaults are NeMo's
+/// GPT-3 175B recipe). A runtime choice, not a numerical one: every setting
+/// computes the same weights.
+struct GradSync {
+  /// --overlap-grad-reduce: each bucket's all-reduce or reduce-scatter
+  /// starts when its last gradient is ready, during the backward pass;
+  /// false: every bucket's after the device's backward pass has ended (one
+  /// bucket per data-parallel group, as Megatron sets bucket_size=None).
+  bool overlapGradReduce = true;
+  /// --overlap-param-gather (ZeRO-1/2): the updated weights are all-gathered
+  /// bucket by bucket during the next iteration's forward, each before the
+  /// first use of its weights; false: after the optimizer step, before the
+  /// next iteration starts.
+  bool overlapParamGather = true;
+  /// --ddp-bucket-size, in parameters (elements) per bucket; 0: Megatron-
+  /// Core's default, max(40,000,000, 1,000,000 x the group's devices). As
+  /// in Megatron-Core, only the first pipeline stage is bucketed: a later
+  /// stage (or model chunk) has one bucket per data-parallel group, its
+  /// communication being off the critical path.
+  int64_t bucketParams = 0;
+  bool operator==(const GradSync &o) const {
+    return overlapGradReduce == o.overlapGradReduce &&
+           overlapParamGather == o.overlapParamGather &&
+           bucketParams == o.bucketParams;
+  }
+  bool operator!=(const GradSync &o) const { return !(*this == o); }
+  /// The bucket size over a data-parallel group of `devices`.
+  int64_t bucketParamsFor(int64_t devices) const {
+    return bucketParams > 0
+               ? bucketParams
+               : std::max<int64_t>(40000000, int64_t(1000000) * devices);
+  }
+};
+
 /// A configuration for every op of a graph, indexed by OpId, how the
 /// iteration is pipelined, and which ops recompute their forward in the
 /// backward pass instead of keeping what it saves (issue 17).
@@ -177,10 +212,13 @@ struct Strategy {
     return weightGrad.empty() ? WeightGradOrder::Next
                               : WeightGradOrder(weightGrad[size_t(o)]);
   }
+  /// How weight gradients are bucketed and overlapped (TaskGraph's
+  /// buckets).
+  GradSync gradSync;
   bool operator==(const Strategy &o) const {
     return configs == o.configs && pipeline == o.pipeline &&
            recompute == o.recompute && zero == o.zero &&
-           weightGrad == o.weightGrad;
+           weightGrad == o.weightGrad && gradSync == o.gradSync;
   }
 };
 

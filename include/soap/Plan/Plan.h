@@ -101,6 +101,9 @@ struct Plan {
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   /// Model chunks per device group (version 3; 1 before).
   int32_t chunks = 1;
+  /// How weight gradients are bucketed and overlapped ("grad_sync", written
+  /// when not the default; a plan without it has the default).
+  GradSync gradSync;
   std::vector<PlanOp> ops; ///< in the graph's op order
 
   bool operator==(const Plan &o) const;

@@ -123,10 +123,37 @@ std::vector<std::string> whats(const std::vector<CheckFinding> &fs) {
 TEST_CASE("a plan reads back to its strategy", "[Plan]") {
   auto g = zooModel("lenet");
   Topology topo = exampleTopology("p100-4x4");
-  for (const char *which : {"data", "mixed", "ordered"}) {
+  for (const char *which : {"data", "mixed", "ordered", "grad sync"}) {
     SECTION(which) {
       Strategy s = std::string(which) == "mixed" ? mixedStrategy(*g, topo)
                                                  : dataParallel(*g, topo);
+      if (std::string(which) == "grad sync") {
+        // Written only when not the default, whole.
+        CHECK_FALSE(planToJson(makePlan(*g, topo, s, exampleInputs(),
+                                        exampleFigures(topo)))
+                        .contains("grad_sync"));
+        s.gradSync.overlapParamGather = false;
+        s.gradSync.bucketParams = 1000;
+        Json j = planToJson(
+            makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo)));
+        CHECK(j["grad_sync"] == Json{{"bucket_size", 1000},
+                                     {"overlap_grad_reduce", true},
+                                     {"overlap_param_gather", false}});
+        // A plan may give some keys: the others keep their defaults.
+        j["grad_sync"] = Json{{"overlap_grad_reduce", false}};
+        auto partial = planFromJson(j, "p.json");
+        if (!partial)
+          FAIL(errorMessage(partial.takeError()));
+        CHECK(partial->gradSync.overlapParamGather);
+        CHECK_FALSE(partial->gradSync.overlapGradReduce);
+        CHECK(partial->gradSync.bucketParams == 0);
+        j["grad_sync"] = Json{{"bucket_size", -1}};
+        CHECK(parseError(j) == "p.json: /grad_sync/bucket_size: must be at "
+                               "least 0, got -1");
+        j["grad_sync"] = Json{{"overlap_grad_reduce", 1}};
+        CHECK(parseError(j) ==
+              "p.json: /grad_sync/overlap_grad_reduce: expected a boolean");
+      }
       if (std::string(which) == "ordered") {
         // Weight gradients last on one weighted op, now on another.
         s.weightGrad.assign(g->numOps(), 0);

@@ -834,6 +834,11 @@ llvm::Expected<TaskGraph> TaskGraph::buildGraph(const SimContext &ctx,
   }
   for (ValueId w : tg.weights_)
     tg.buildWeight(w, tg.weightTasks_[w]);
+  {
+    std::vector<TaskId> none;
+    std::vector<Seconds> noReady;
+    tg.buildBuckets(nullptr, {}, none, noReady, nullptr);
+  }
   tg.stageTasks_.resize(size_t(s.pipeline.numGroups()));
   for (int32_t grp = 0; grp < s.pipeline.numGroups(); ++grp)
     tg.buildStage(grp, tg.stageTasks_[size_t(grp)]);
@@ -884,6 +889,13 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     removeWeight(w, touched, removedReady);
   OpConfig previous = strategy_.configs[o];
   WeightGradOrder previousOrder = strategy_.weightGradOrder(o);
+  // The devices whose buckets wait for o's tasks (without overlapped
+  // gradient reduction): before and after.
+  std::vector<DeviceId> onDevices = previous.devices;
+  onDevices.insert(onDevices.end(), c.devices.begin(), c.devices.end());
+  std::sort(onDevices.begin(), onDevices.end());
+  onDevices.erase(std::unique(onDevices.begin(), onDevices.end()),
+                  onDevices.end());
   addOpMemory(o, -1);
   strategy_.configs[o] = c;
   if (order)
@@ -923,6 +935,7 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
     changed.insert(changed.end(), weightTasks_[w].begin(),
                    weightTasks_[w].end());
   }
+  buildBuckets(&ws, onDevices, touched, removedReady, &changed);
   if (pipe.active()) {
     buildStage(int32_t(st), stageTasks_[st]);
     changed.insert(changed.end(), stageTasks_[st].begin(),
@@ -977,6 +990,10 @@ std::vector<TaskId> TaskGraph::segmentTasks(OpId o) const {
         stageTasks_[size_t(strategy_.pipeline.group(strategy_.pipeline.stage(o)))];
     ids.insert(ids.end(), g.begin(), g.end());
   }
+  // Which buckets a change rebuilds depends on the new configuration (a
+  // weight's units may join another device group's buckets): all of them.
+  for (const auto &[k, bk] : buckets_)
+    ids.insert(ids.end(), bk.tasks.begin(), bk.tasks.end());
   return ids;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 namespace soap {
 
@@ -607,6 +608,7 @@ void TaskGraph::removeWeight(ValueId w, std::vector<TaskId> &touched,
   for (TaskId t : weightTasks_[w])
     removeTask(t, touched, removedReady);
   weightTasks_[w].clear();
+  weightUnits_.erase(w);
   auto it = weightMem_.find(w);
   if (it == weightMem_.end())
     return;
@@ -619,14 +621,16 @@ void TaskGraph::removeWeight(ValueId w, std::vector<TaskId> &touched,
   weightMem_.erase(it);
 }
 
-/// A weight's synchronisation, update and memory. Without ZeRO (or on a
-/// group of one device): one all-reduce of the gradients after the last
-/// micro-batch's backward, and every device updates its whole shard. With
-/// ZeRO over a group of D devices: the gradients reduce-scattered (once,
-/// stage 1; after every micro-batch, stages 2 and 3), each device updates
-/// 1/D, and the updated shards all-gathered (stages 1 and 2) or kept
-/// sharded and all-gathered before every micro-batch's forward and backward
-/// (stage 3).
+/// A weight's synchronisation, update and memory. Each shard group held by
+/// several devices is a SyncUnit whose gradients its bucket's collective
+/// combines (TaskGraphBuckets.cpp): without ZeRO an all-reduce after the
+/// last micro-batch's backward, and every device updates its whole shard.
+/// With ZeRO over a group of D devices: the gradients reduce-scattered
+/// (once, stage 1; after every micro-batch, stages 2 and 3), each device
+/// updates 1/D, and the updated shards all-gathered (stages 1 and 2, by the
+/// bucket) or kept sharded and all-gathered here before every micro-batch's
+/// forward and backward (stage 3). A group of one device updates its shard
+/// after its gradients.
 void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   const Value &wv = ctx_->graph.value(w);
   Bytes eb = dtypeBytes(wv.dtype);
@@ -688,8 +692,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   std::vector<std::pair<DeviceId, DeviceMemory>> &memory = weightMem_[w];
   uint32_t uw = 0x80000000u | uint32_t(w);
   auto subKey = [](uint64_t sub, int32_t mb, uint64_t pass, OpId u = 0) {
-    return (sub << 60) | (uint64_t(uint32_t(u)) << 28) |
-           (uint64_t(uint32_t(mb)) << 4) | pass;
+    return weightSubKey(sub, mb, pass, u);
   };
   for (const std::vector<size_t> &members : groups) {
     std::vector<DeviceId> devs;
@@ -745,31 +748,56 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       owned.push_back(id);
       return id;
     };
-    // What the updates wait for.
-    std::vector<TaskId> reduced;
-    if (!sharded) {
-      if (D > 1) {
-        TaskId sync = newCollective(CollectiveRole::WeightGrad, 0,
-                                    Collective::AllReduce, 0);
-        for (size_t i : members)
-          for (TaskId b : shards[i].wgrad)
-            link(b, sync);
-        reduced.push_back(sync);
-      }
-    } else if (zs == 1) {
-      TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, 0, 0),
-                                Collective::ReduceScatter, 0);
+    auto gate = [&](uint64_t sub, int32_t mb) {
+      Task t;
+      t.kind = TaskKind::Gate;
+      t.key = key(TaskKind::Gate, uw, gi, subKey(sub, mb, 0));
+      t.weight = w;
+      t.microBatch = mb;
+      TaskId id = newTask(std::move(t));
+      owned.push_back(id);
+      return id;
+    };
+    // Shared by two devices or more: the gradients are combined by the
+    // collectives of the unit's bucket (TaskGraphBuckets.cpp), which wait
+    // for its gates: gradients ready (after the last micro-batch's, or
+    // ZeRO-2/3 after each one's), reduced (the updates wait), and ZeRO-1/2's
+    // updated (the all-gather after the step) or gathered (the all-gather
+    // overlapped with the next forward, before micro-batch 0's).
+    std::optional<SyncUnit> unit;
+    if (D > 1) {
+      unit.emplace();
+      SyncUnit &u = *unit;
+      u.group = gi;
+      u.devs = devs;
+      u.bytes = bytes;
+      u.params = bytes / eb;
+      u.zero = zs;
+      u.firstUser = shards[members[0]].op;
       for (size_t i : members)
-        for (TaskId b : shards[i].wgrad)
-          link(b, rs);
-      reduced.push_back(rs);
-    } else {
-      for (int32_t mb = 0; mb < m; ++mb) {
-        TaskId rs = newCollective(CollectiveRole::WeightGrad, subKey(1, mb, 0),
-                                  Collective::ReduceScatter, mb);
-        for (size_t i : members)
-          link(shards[i].wgrad[size_t(mb)], rs);
-        reduced.push_back(rs);
+        u.firstUser = std::min(u.firstUser, shards[i].op);
+      u.stage = strategy_.pipeline.stage(u.firstUser);
+      int32_t slots = zs >= 2 ? m : 1;
+      for (int32_t mb = 0; mb < slots; ++mb) {
+        TaskId g = gate(1, mb);
+        for (size_t i : members) {
+          if (zs >= 2)
+            link(shards[i].wgrad[size_t(mb)], g);
+          else
+            for (TaskId b : shards[i].wgrad)
+              link(b, g);
+        }
+        u.ready.push_back(g);
+      }
+      u.reduced = gate(2, 0);
+      if (zs == 1 || zs == 2) {
+        if (strategy_.gradSync.overlapParamGather) {
+          u.gathered = gate(4, 0);
+          for (size_t i : members)
+            link(u.gathered, shards[i].fwd[0]);
+        } else {
+          u.updated = gate(3, 0);
+        }
       }
     }
     if (sharded && zs == 3) {
@@ -804,7 +832,6 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     // and weight — of the whole shard, or of 1/D of it under ZeRO.
     Seconds upd = static_cast<double>(part(bytes / eb, 1) * per.update()) / bw +
                   ctx_->cost.device().launchOverhead;
-    std::vector<TaskId> updates;
     for (DeviceId d : devs) {
       if (!mine(d))
         continue;
@@ -816,22 +843,19 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
       u.weight = w;
       TaskId id = newTask(std::move(u));
       owned.push_back(id);
-      updates.push_back(id);
-      if (!reduced.empty())
-        for (TaskId r : reduced)
-          link(r, id);
-      else
+      if (unit) {
+        link(unit->reduced, id);
+        if (unit->updated != kNoTask)
+          link(id, unit->updated);
+      } else {
         for (size_t i : members)
           if (shards[i].device == d)
             for (TaskId b : shards[i].wgrad)
               link(b, id);
+      }
     }
-    if (sharded && zs < 3) {
-      TaskId ag = newCollective(CollectiveRole::WeightGather, subKey(2, 0, 0),
-                                Collective::AllGather, 0);
-      for (TaskId u : updates)
-        link(u, ag);
-    }
+    if (unit)
+      weightUnits_[w].push_back(std::move(*unit));
     ++gi;
   }
 }

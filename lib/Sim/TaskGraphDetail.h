@@ -12,6 +12,14 @@ namespace soap::detail {
 
 TaskKey key(TaskKind kind, uint32_t a, uint32_t b, uint64_t c);
 
+/// The last part of the key of a weight's task (TaskGraph::buildWeight and
+/// its buckets): what it is (`sub`), its micro-batch, pass and user op.
+inline uint64_t weightSubKey(uint64_t sub, int32_t mb, uint64_t pass,
+                             OpId u = 0) {
+  return (sub << 60) | (uint64_t(uint32_t(u)) << 28) |
+         (uint64_t(uint32_t(mb)) << 4) | pass;
+}
+
 /// Groups the tiles of `c` that agree on every loop except those in `free`
 /// (tiles whose results must be combined): group index per tile.
 std::vector<int64_t> groupTiles(const OpConfig &c,

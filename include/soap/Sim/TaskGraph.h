@@ -15,6 +15,7 @@
 #include "soap/Parallel/Strategy.h"
 #include "soap/Sim/Fold.h"
 #include "llvm/ADT/SmallVector.h"
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,10 @@ enum class TaskKind : uint8_t {
   Transfer,   ///< a region sent between two devices, on the route's links
   Collective, ///< all-reduce of partial sums, statistics or weight gradients
   Update,     ///< the optimizer step of a weight shard
-  Gate,       ///< a pipeline stage's schedule: no time, no resource; its
-              ///< next micro-batch item waits for the previous one
+  Gate,       ///< no time, no resource: a pipeline stage's schedule (its
+              ///< next micro-batch item waits for the previous one), or a
+              ///< weight's join with its gradient bucket (keyed by the
+              ///< weight, high bit set: SyncUnit)
   WeightGrad, ///< a tile's backward-weight kernel, after its backward-data
               ///< kernel; last in key order, so that when both are ready
               ///< together a device runs the next op's backward-data first
@@ -459,6 +462,60 @@ private:
   /// itself when none is, or when `e` stays within a stage.
   size_t sharedForward(size_t e) const;
   void buildWeight(ValueId w, std::vector<TaskId> &owned);
+  /// One shard group of a weight (buildWeight): the devices holding copies
+  /// of one region, whose gradients are combined. Its bucket's collectives
+  /// (TaskGraphBuckets.cpp) link to the unit's zero-time gates, which are
+  /// the weight segment's, so that rebuilding a bucket relinks one gate per
+  /// member rather than every tile's weight-gradient task.
+  struct SyncUnit {
+    uint32_t group = 0;
+    std::vector<DeviceId> devs; ///< ascending, at least two
+    Bytes bytes = 0;            ///< the gradient buffer
+    int64_t params = 0;         ///< its elements
+    int zero = 0;               ///< ZeRO stage (0: all-reduced)
+    int32_t stage = 0;          ///< pipeline stage of its first user
+    OpId firstUser = 0; ///< its lowest user, whose backward completes it
+    /// Gradients ready: one gate after every micro-batch's, or (ZeRO-2/3,
+    /// reduce-scattered per micro-batch) one per micro-batch.
+    std::vector<TaskId> ready;
+    TaskId reduced = kNoTask;  ///< the updates wait for it
+    TaskId updated = kNoTask;  ///< after the updates (ZeRO-1/2, gathered
+                               ///< after the step)
+    TaskId gathered = kNoTask; ///< before the micro-batch 0 forwards that
+                               ///< read it (ZeRO-1/2, gathered overlapped)
+  };
+  /// A bucket: consecutive units (in the order their gradients complete) of
+  /// one pipeline stage, ZeRO stage and device group, one collective each
+  /// (per micro-batch under ZeRO-2/3) for all of them.
+  using UnitId = std::pair<ValueId, uint32_t>; ///< weight, group
+  struct Bucket {
+    std::vector<UnitId> members;
+    std::vector<DeviceId> devs;
+    std::vector<TaskId> tasks; ///< its collectives
+    TaskId gather = kNoTask;   ///< ZeRO-1/2's all-gather of the weights
+  };
+  /// The buckets every sequence (stage, ZeRO stage, devices) of units falls
+  /// into under the strategy's GradSync, in gradient order.
+  std::vector<std::vector<std::vector<UnitId>>> assignBuckets() const;
+  const SyncUnit &syncUnit(UnitId u) const;
+  /// Builds the collectives of a bucket of `members` into buckets_; without
+  /// overlapGradReduce they wait for `rank(mb)`'s tasks on their devices.
+  using RankTasks =
+      std::function<const std::vector<std::vector<TaskId>> &(int32_t mb)>;
+  void buildBucket(const std::vector<UnitId> &members, const RankTasks &rank);
+  /// Builds every bucket (build()), or rebuilds those changeConfig()
+  /// affects: the ones holding a unit of a weight in `ws`, the ones whose
+  /// members changed, and without overlapGradReduce the ones on `devs`
+  /// (the changed op's devices before and after). New tasks and relinked
+  /// ones go to `changed`.
+  void buildBuckets(const std::set<ValueId> *ws,
+                    const std::vector<DeviceId> &devs,
+                    std::vector<TaskId> &touched,
+                    std::vector<Seconds> &removedReady,
+                    std::vector<TaskId> *changed);
+  /// Per device: the backward and weight-gradient tasks of micro-batch `mb`
+  /// (what a bucket waits for without overlapGradReduce).
+  std::vector<std::vector<TaskId>> rankTasks(int32_t mb) const;
   /// Removes weight `w`'s segment: its tasks and the memory it accounted.
   void removeWeight(ValueId w, std::vector<TaskId> &touched,
                     std::vector<Seconds> &removedReady);
@@ -491,6 +548,10 @@ private:
   std::vector<std::vector<TaskId>> edgeTasks_;
   std::vector<ValueId> weights_; ///< weight values used by ops
   std::map<ValueId, std::vector<TaskId>> weightTasks_;
+  /// Per weight: its shard groups that have collectives in this graph.
+  std::map<ValueId, std::vector<SyncUnit>> weightUnits_;
+  /// Every bucket, by its first member.
+  std::map<UnitId, Bucket> buckets_;
   std::vector<std::vector<TaskId>> stageTasks_; ///< gates, per group
   std::map<std::vector<DeviceId>, std::vector<uint32_t>> ringCache_;
   /// Edge plans keyed by everything they depend on: both ops' loops, the

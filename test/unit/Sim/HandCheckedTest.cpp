@@ -249,8 +249,10 @@ TEST_CASE("weight gradients are tasks of their own, one weighted op late",
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};
-  // Split on the sample loop: the only one of N's size.
+  // Split on the sample loop: the only one of N's size. Every weight its
+  // own all-reduce (buckets of one).
   Strategy s = splitOnSize(b.g, N, 16);
+  s.gradSync.bucketParams = 1;
   auto tg = TaskGraph::build(ctx, s);
   if (!tg)
     FAIL(errorMessage(tg.takeError()));

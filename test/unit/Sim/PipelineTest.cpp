@@ -139,9 +139,10 @@ TEST_CASE("gradient accumulation: one stage, m micro-batches, one sync",
   // Activations of one micro-batch at a time: a quarter.
   CHECK(t4->memory()[0].saved * 4 == t1->memory()[0].saved);
   CHECK(t4->memory()[0].weights == t1->memory()[0].weights);
-  // The schedule's gates: 2m - 1 between 2m items.
-  CHECK(countKind(*t4, TaskKind::Gate) == 7);
-  CHECK(countKind(*t1, TaskKind::Gate) == 0);
+  // The schedule's gates: 2m - 1 between 2m items (the others are the
+  // gradient buckets' joins).
+  CHECK(countStageGates(*t4) == 7);
+  CHECK(countStageGates(*t1) == 0);
   // A backward item ends with its weight gradients: every one of a
   // micro-batch before the last gates the next item (LeNet's ops have a
   // weight and a bias, mlp_small's MatMuls one weight).
@@ -156,7 +157,7 @@ TEST_CASE("gradient accumulation: one stage, m micro-batches, one sync",
         continue;
       ++early;
       for (uint32_t x : t.succs)
-        gated += tg->tasks()[x].kind == TaskKind::Gate;
+        gated += isStageGate(tg->tasks()[x]);
     }
     CHECK(early > 0);
     CHECK(gated == early);

@@ -109,6 +109,19 @@ inline size_t countKind(const TaskGraph &tg, TaskKind k) {
   return n;
 }
 
+/// A pipeline schedule's gate (TaskGraph::buildStage), not a weight's join
+/// (keyed by the weight, its high bit set).
+inline bool isStageGate(const Task &t) {
+  return t.alive && t.kind == TaskKind::Gate && t.key.a < 0x80000000u;
+}
+
+inline size_t countStageGates(const TaskGraph &tg) {
+  size_t n = 0;
+  for (const Task &t : tg.tasks())
+    n += isStageGate(t);
+  return n;
+}
+
 inline size_t countRole(const TaskGraph &tg, CollectiveRole r) {
   size_t n = 0;
   for (const Task &t : tg.tasks())

@@ -64,6 +64,8 @@ TEST_CASE("ZeRO replaces the all-reduce with reduce-scatter and all-gather",
   for (int32_t m : {1, 4}) {
     INFO(m << " micro-batches");
     Strategy dp = f.pipelined(1, m, PipelineSchedule::OneFOneB, 8);
+    // Every weight its own bucket: one collective per weight.
+    dp.gradSync.bucketParams = 1;
     auto build = [&](int stage) {
       auto tg = TaskGraph::build(f.ctx, withZero(dp, *f.g, stage));
       if (!tg)

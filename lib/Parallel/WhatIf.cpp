@@ -31,7 +31,22 @@ std::string MegatronConfig::str() const {
                               recomputeModeName(recompute).str(), int(distopt));
   if (schedule != PipelineSchedule::OneFOneB)
     s += fmt::format(",schedule={}", scheduleName(schedule).str());
+  if (!overlapGradReduce)
+    s += ",overlap_grad_reduce=0";
+  if (overlapParamGather)
+    s += fmt::format(",overlap_param_gather={}", int(*overlapParamGather));
+  if (bucketSize > 0)
+    s += fmt::format(",bucket_size={}", bucketSize);
   return s;
+}
+
+GradSync MegatronConfig::gradSync() const {
+  GradSync g;
+  g.overlapGradReduce = overlapGradReduce;
+  g.overlapParamGather =
+      overlapParamGather.value_or(distopt && overlapGradReduce);
+  g.bucketParams = bucketSize;
+  return g;
 }
 
 namespace {
@@ -71,6 +86,33 @@ llvm::Expected<bool> flag(llvm::StringRef what, llvm::StringRef key,
   if (value == "0" || value == "1")
     return value == "1";
   return inputError("--strategy {}: {}={} must be 0 or 1", what, key, value);
+}
+
+/// The gradient synchronisation's keys, shared by every what-if
+/// (Megatron-Core's DistributedDataParallelConfig names): sets one and
+/// returns true, or returns false for another key.
+llvm::Expected<bool> setGradSyncKey(llvm::StringRef what, llvm::StringRef key,
+                                    llvm::StringRef value,
+                                    bool &overlapGradReduce,
+                                    std::optional<bool> &overlapParamGather,
+                                    int64_t &bucketSize) {
+  if (key == "overlap_grad_reduce" || key == "overlap_param_gather") {
+    auto f = flag(what, key, value);
+    if (!f)
+      return f.takeError();
+    if (key == "overlap_grad_reduce")
+      overlapGradReduce = *f;
+    else
+      overlapParamGather = *f;
+    return true;
+  }
+  if (key != "bucket_size")
+    return false;
+  auto v = positive(what, key, value);
+  if (!v)
+    return v.takeError();
+  bucketSize = *v;
+  return true;
 }
 
 /// The `recompute` key, shared by every what-if.
@@ -156,6 +198,12 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
         }
         if (key == "recompute")
           return setRecompute(what, value, c.recompute);
+        auto sync = setGradSyncKey(what, key, value, c.overlapGradReduce,
+                                   c.overlapParamGather, c.bucketSize);
+        if (!sync)
+          return sync.takeError();
+        if (*sync)
+          return llvm::Error::success();
         if (key == "schedule") {
           auto sc = parseSchedule(value);
           if (!sc)
@@ -180,7 +228,8 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
         } else {
           return inputError("--strategy megatron: unknown key '{}' (keys: tp, "
                             "pp, vp, cp, mbs, sp, recompute, distopt, "
-                            "schedule)",
+                            "schedule, overlap_grad_reduce, "
+                            "overlap_param_gather, bucket_size)",
                             key);
         }
         return llvm::Error::success();
@@ -197,6 +246,12 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
       what, keys, [&](llvm::StringRef key, llvm::StringRef value) -> llvm::Error {
         if (key == "recompute")
           return setRecompute(what, value, c.recompute);
+        auto sync = setGradSyncKey(what, key, value, c.overlapGradReduce,
+                                   c.overlapParamGather, c.bucketSize);
+        if (!sync)
+          return sync.takeError();
+        if (*sync)
+          return llvm::Error::success();
         auto v = positive(what, key, value);
         if (!v)
           return v.takeError();
@@ -209,7 +264,8 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
           c.mbs = *v;
         } else {
           return inputError("--strategy fsdp: unknown key '{}' (keys: zero, "
-                            "mbs, recompute)",
+                            "mbs, recompute, overlap_grad_reduce, "
+                            "overlap_param_gather, bucket_size)",
                             key);
         }
         return llvm::Error::success();
@@ -242,6 +298,13 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   if (c.sp && c.cp > 1)
     return lacks(fmt::format("sp=1 with cp={}", c.cp),
                  "sequence parallelism inside a context-parallel group");
+  // Megatron-LM's own checks of --overlap-param-gather.
+  if (c.overlapParamGather.value_or(false) && !c.distopt)
+    return inputError("--strategy megatron: overlap_param_gather=1 needs the "
+                      "distributed optimizer (distopt=1)");
+  if (c.overlapParamGather.value_or(false) && !c.overlapGradReduce)
+    return inputError("--strategy megatron: overlap_param_gather=1 needs "
+                      "overlap_grad_reduce=1");
   if (c.cp > 1) {
     // Megatron's load-balanced causal layout cuts the sequence in 2 x cp
     // chunks.
@@ -336,6 +399,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp);
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
+  s.gradSync = c.gradSync();
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;
@@ -361,6 +425,10 @@ llvm::Expected<Strategy> whatIfStrategy(llvm::StringRef spec, const Graph &g,
   auto c = parseFsdpConfig(keys);
   if (!c)
     return c.takeError();
+  if (c->overlapParamGather && c->zero == 3)
+    return inputError("--strategy fsdp: overlap_param_gather is for zero=1|2 "
+                      "(zero=3 gathers the weights before every use, "
+                      "prefetched)");
   int64_t devices = int64_t(topo.numDevices());
   int64_t batch = globalBatch(g);
   if (batch <= 0 || batch % devices != 0)
@@ -376,6 +444,9 @@ llvm::Expected<Strategy> whatIfStrategy(llvm::StringRef spec, const Graph &g,
   s.configs = megatronGroupConfigs(g, 1, devices);
   s.pipeline.microBatches = int32_t(batch / (devices * mbs));
   applyMemoryChoices(g, s, c->zero, c->recompute);
+  s.gradSync.overlapGradReduce = c->overlapGradReduce;
+  s.gradSync.overlapParamGather = c->overlapParamGather.value_or(true);
+  s.gradSync.bucketParams = c->bucketSize;
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

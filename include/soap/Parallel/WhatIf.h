@@ -2,8 +2,10 @@
 // user already runs, written as Megatron-LM's or FSDP's settings, built into
 // a Strategy without a search:
 //   megatron:tp=T,pp=P,vp=V,cp=C,mbs=M,sp=0|1,recompute=none|selective|full,
-//            distopt=0|1,schedule=1f1b|zb-h1|gpipe
-//   fsdp:zero=1|2|3,mbs=M,recompute=none|selective|full
+//            distopt=0|1,schedule=1f1b|zb-h1|gpipe,overlap_grad_reduce=0|1,
+//            overlap_param_gather=0|1,bucket_size=N
+//   fsdp:zero=1|2|3,mbs=M,recompute=none|selective|full,
+//        overlap_grad_reduce=0|1,overlap_param_gather=0|1,bucket_size=N
 // dp is the rest of the devices, the model's batch is the global batch, and
 // the micro-batches per iteration are batch / (dp x mbs). A key the space
 // cannot honour, or an impossible combination, is an input error naming it.
@@ -12,6 +14,7 @@
 
 #include "soap/Parallel/Strategy.h"
 #include "llvm/ADT/StringRef.h"
+#include <optional>
 
 namespace soap {
 
@@ -31,8 +34,18 @@ struct MegatronConfig {
   RecomputeMode recompute = RecomputeMode::None; ///< --recompute-granularity
   /// 1f1b (interleaved when vp > 1), zb-h1 or gpipe.
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// --overlap-grad-reduce (default on, as NeMo's published runs).
+  bool overlapGradReduce = true;
+  /// --overlap-param-gather: given, or by default on with the distributed
+  /// optimizer and overlapped gradient reduction (which Megatron requires).
+  std::optional<bool> overlapParamGather;
+  /// --ddp-bucket-size in parameters; 0: Megatron's default.
+  int64_t bucketSize = 0;
+  /// The gradient synchronisation these settings give.
+  GradSync gradSync() const;
   /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1", and
-  /// ",schedule=S" when not 1f1b.
+  /// ",schedule=S" when not 1f1b, and the gradient synchronisation's keys
+  /// when given.
   std::string str() const;
 };
 
@@ -41,6 +54,11 @@ struct FsdpConfig {
   int zero = 3;
   int64_t mbs = 0; ///< 0: the whole per-device batch at once
   RecomputeMode recompute = RecomputeMode::None;
+  /// As MegatronConfig's; overlap_param_gather only for zero=1|2 (ZeRO-3
+  /// gathers the weights before every use, prefetched).
+  bool overlapGradReduce = true;
+  std::optional<bool> overlapParamGather;
+  int64_t bucketSize = 0;
 };
 
 /// Parses the keys after "megatron:" ("tp=4,pp=8,..."); unknown keys and

@@ -54,6 +54,54 @@ TEST_CASE("megatron what-if keys parse", "[Parallel][whatif]") {
   CHECK(bad("tp").find("not key=value") != std::string::npos);
 }
 
+TEST_CASE("what-if gradient synchronisation keys", "[Parallel][whatif]") {
+  // Megatron: both overlaps by default with the distributed optimizer (NeMo's
+  // GPT-3 175B recipe); param gather only with it and with overlapped
+  // reduction, as Megatron-LM checks.
+  auto c = parseMegatronConfig("tp=4,distopt=1");
+  if (!c)
+    FAIL(errorMessage(c.takeError()));
+  CHECK(c->gradSync() == GradSync());
+  CHECK(c->str() == "tp=4,pp=1,vp=1,cp=1,mbs=1,sp=0,recompute=none,distopt=1");
+  c = parseMegatronConfig("tp=4,distopt=0");
+  REQUIRE(bool(c));
+  CHECK(c->gradSync().overlapGradReduce);
+  CHECK_FALSE(c->gradSync().overlapParamGather);
+  c = parseMegatronConfig(
+      "distopt=1,overlap_grad_reduce=0,overlap_param_gather=0,"
+      "bucket_size=1000");
+  REQUIRE(bool(c));
+  CHECK_FALSE(c->gradSync().overlapGradReduce);
+  CHECK_FALSE(c->gradSync().overlapParamGather);
+  CHECK(c->gradSync().bucketParams == 1000);
+  CHECK(c->str() == "tp=1,pp=1,vp=1,cp=1,mbs=1,sp=0,recompute=none,distopt=1,"
+                    "overlap_grad_reduce=0,overlap_param_gather=0,"
+                    "bucket_size=1000");
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto s = whatIfStrategy("megatron:tp=4,pp=2,distopt=1,bucket_size=7", *g,
+                          topo);
+  if (!s)
+    FAIL(errorMessage(s.takeError()));
+  CHECK(s->gradSync.bucketParams == 7);
+  CHECK(s->gradSync.overlapParamGather);
+  CHECK(errorOf("megatron:tp=4,overlap_param_gather=1", *g, topo) ==
+        "--strategy megatron: overlap_param_gather=1 needs the distributed "
+        "optimizer (distopt=1)");
+  CHECK(errorOf("megatron:tp=4,distopt=1,overlap_grad_reduce=0,"
+                "overlap_param_gather=1",
+                *g, topo) == "--strategy megatron: overlap_param_gather=1 "
+                             "needs overlap_grad_reduce=1");
+  // FSDP: the same keys; param gather means nothing under ZeRO-3.
+  auto f = whatIfStrategy("fsdp:zero=1,overlap_param_gather=0", *g, topo);
+  if (!f)
+    FAIL(errorMessage(f.takeError()));
+  CHECK(f->gradSync.overlapGradReduce);
+  CHECK_FALSE(f->gradSync.overlapParamGather);
+  CHECK(errorOf("fsdp:zero=3,overlap_param_gather=1", *g, topo)
+            .find("overlap_param_gather is for zero=1|2") != std::string::npos);
+}
+
 TEST_CASE("megatron what-if builds Megatron's plan", "[Parallel][whatif]") {
   auto g = fusedGpt2(16);
   Topology topo = exampleTopology("dgx-h100-2"); // 16 GPUs

@@ -157,7 +157,7 @@ void TaskGraph::buildBucket(const std::vector<UnitId> &members,
   }
 }
 
-/// With overlapParamGather the all-gathers of a sequence run one after
+/// With overlapParamGather the all-gathers of a device group run one after
 /// another in forward order from the start of the iteration, each before
 /// the first forward that reads its weights; the previous iteration's
 /// update is taken as done. That is the steady state exactly: iterations
@@ -169,7 +169,8 @@ void TaskGraph::buildBucket(const std::vector<UnitId> &members,
 /// ends: the same start whenever an all-gather takes longer than its
 /// bucket's forward (when the overlap is short of hiding it); otherwise an
 /// all-gather here runs ahead of its dispatch, and nothing waits for it
-/// either way.
+/// either way. (With model chunks, Megatron dispatches chunk c + 1's when
+/// chunk c's first forward starts; here it follows chunk c's all-gathers.)
 void TaskGraph::buildBuckets(const std::set<ValueId> *ws,
                              const std::vector<DeviceId> &devs,
                              std::vector<TaskId> &touched,
@@ -212,6 +213,10 @@ void TaskGraph::buildBuckets(const std::set<ValueId> *ws,
       it = rankCache.emplace(mb, rankTasks(mb)).first;
     return it->second;
   };
+  // The all-gathers of one device group and ZeRO stage, in forward order:
+  // stage by stage (seqs are in stage order), each stage's buckets in the
+  // reverse of their gradient order.
+  std::map<std::pair<int, std::vector<DeviceId>>, std::vector<TaskId>> chains;
   for (const auto &seq : seqs) {
     for (const auto &bucket : seq) {
       if (buckets_.count(bucket[0]))
@@ -222,21 +227,24 @@ void TaskGraph::buildBuckets(const std::set<ValueId> *ws,
         changed->insert(changed->end(), ts.begin(), ts.end());
       }
     }
-    if (!strategy_.gradSync.overlapParamGather)
-      continue;
-    // Forward order is the reverse of the sequence's. A link already made
-    // stays; one to a bucket no longer next is redundant (the chain between
-    // them orders the two the same way).
-    for (size_t i = seq.size(); i-- > 1;) {
-      TaskId from = buckets_[seq[i][0]].gather,
-             to = buckets_[seq[i - 1][0]].gather;
-      if (from == kNoTask || to == kNoTask)
-        continue;
-      const TaskList &succs = tasks_[from].succs;
-      if (std::find(succs.begin(), succs.end(), to) == succs.end())
-        link(from, to);
-    }
+    const SyncUnit &u = syncUnit(seq[0][0]);
+    std::vector<TaskId> &chain = chains[{u.zero, u.devs}];
+    for (size_t i = seq.size(); i-- > 0;)
+      if (TaskId g = buckets_[seq[i][0]].gather; g != kNoTask)
+        chain.push_back(g);
   }
+  if (!strategy_.gradSync.overlapParamGather)
+    return;
+  // One after another, as on one communication stream. A link already made
+  // stays; one to an all-gather no longer next is redundant (the chain
+  // between them orders the two the same way: the order of kept buckets
+  // never changes).
+  for (const auto &[k, chain] : chains)
+    for (size_t i = 1; i < chain.size(); ++i) {
+      const TaskList &succs = tasks_[chain[i - 1]].succs;
+      if (std::find(succs.begin(), succs.end(), chain[i]) == succs.end())
+        link(chain[i - 1], chain[i]);
+    }
 }
 
 } // namespace soap

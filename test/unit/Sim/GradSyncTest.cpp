@@ -49,6 +49,21 @@ std::vector<int64_t> gradientOrder(const Graph &g) {
   return params;
 }
 
+/// The links between ZeRO-1/2's all-gathers (their chain), by key.
+std::set<std::pair<TaskKey, TaskKey>> gatherLinks(const TaskGraph &tg) {
+  std::set<std::pair<TaskKey, TaskKey>> out;
+  auto gather = [](const Task &t) {
+    return t.alive && t.kind == TaskKind::Collective &&
+           t.role == CollectiveRole::WeightGather;
+  };
+  for (const Task &t : tg.tasks())
+    if (gather(t))
+      for (TaskId x : t.succs)
+        if (gather(tg.tasks()[x]))
+          out.emplace(t.key, tg.tasks()[x].key);
+  return out;
+}
+
 } // namespace
 
 TEST_CASE("one gradient collective per bucket", "[Sim][gradsync]") {
@@ -179,14 +194,26 @@ TEST_CASE("delta simulation equals full simulation with buckets",
   // overlapped reduction (whose buckets wait for every task of their
   // devices). Changes move weights between device groups, so units leave
   // and join buckets.
+  // The last variant interleaves 4 stages on 2 groups of 4 devices: each
+  // group's all-gathers chain across its two model chunks.
   struct Variant {
     int zero;
-    bool reduce, gather;
+    bool reduce, gather, interleaved;
   };
-  for (Variant v : {Variant{1, true, true}, Variant{1, true, false},
-                    Variant{2, false, false}, Variant{0, true, true}}) {
+  for (Variant v :
+       {Variant{1, true, true, false}, Variant{1, true, false, false},
+        Variant{2, false, false, false}, Variant{0, true, true, false},
+        Variant{1, true, true, true}}) {
     Fixture f("transformer_small", 32, "p100-4x4");
-    Strategy s = f.pipelined(2, 2, PipelineSchedule::OneFOneB, 8);
+    int32_t per = v.interleaved ? 4 : 8;
+    Strategy s = f.pipelined(v.interleaved ? 4 : 2, v.interleaved ? 4 : 2,
+                             PipelineSchedule::OneFOneB, size_t(per));
+    if (v.interleaved) {
+      s.pipeline.chunks = 2;
+      for (OpConfig &c : s.configs)
+        for (DeviceId &d : c.devices)
+          d = DeviceId(s.pipeline.group(int32_t(d) / 4) * 4 + d % 4);
+    }
     if (v.zero)
       s.zero = zeroPolicy(*f.g, s, v.zero);
     s.gradSync.overlapGradReduce = v.reduce;
@@ -201,11 +228,20 @@ TEST_CASE("delta simulation equals full simulation with buckets",
     Rng rng(29, "gradsync-delta");
     for (int step = 0; step < 20; ++step) {
       OpId o = OpId(rng.uniform(f.g->numOps()));
-      OpConfig c = f.sampleSplit(o, DeviceId(s.pipeline.stage(o) * 8),
-                                 int32_t(1) << rng.uniform(4));
+      OpConfig c = f.sampleSplit(
+          o, DeviceId(s.pipeline.group(s.pipeline.stage(o)) * per),
+          int32_t(1) << rng.uniform(v.interleaved ? 3 : 4));
       INFO("ZeRO-" << v.zero << " overlap " << v.reduce << v.gather
-                   << " step " << step);
+                   << (v.interleaved ? " interleaved" : "") << " step "
+                   << step);
       f.checkDelta(sim, *tg, s, o, c, rng.uniform(3) == 0);
+      // The all-gathers' order: every link of a fresh graph's chain is in
+      // the changed one (which may keep a redundant one besides).
+      auto fresh = TaskGraph::build(f.ctx, s);
+      REQUIRE(bool(fresh));
+      std::set<std::pair<TaskKey, TaskKey>> have = gatherLinks(*tg);
+      for (const auto &l : gatherLinks(*fresh))
+        CHECK(have.count(l));
     }
   }
 }

@@ -222,8 +222,13 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                        planFigures(m, s.batch, dpTime));
   if (auto err = writePlan(plan, path))
     return err;
+  // With --format csv or json stdout holds the figures alone (a parser
+  // reads them), so the plan's path goes to stderr.
   if (path != "-")
-    llvm::outs() << "plan: " << path << "\n";
+    (o.format == OutputFormat::Csv || o.format == OutputFormat::Json
+         ? llvm::errs()
+         : llvm::outs())
+        << "plan: " << path << "\n";
   return llvm::Error::success();
 }
 

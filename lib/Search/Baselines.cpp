@@ -307,32 +307,14 @@ private:
                                           d, shapes[k].sequence);
         tries.push_back(std::move(s));
       }
-      for (Strategy &s : tries) {
-        if (o.pastDeadline())
-          return llvm::Error::success();
-        if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
-          llvm::consumeError(std::move(err));
-          continue;
-        }
-        // As it is, then with Megatron's savings (the distributed
-        // optimizer, selective and full recomputation) if it does not fit.
-        auto fit = fitWithLadder(p, s, memoryLadder(true), tried_, &o,
-                                 best.iterationTime);
-        if (!fit)
-          return fit.takeError();
-        spdlog::info("megatron: t={} p={}{} v={} {}{}: {}", shapes[k].tensor,
-                     stages, shapes[k].sequence ? " sp" : "", s.pipeline.chunks,
-                     scheduleName(s.pipeline.schedule).str(),
-                     fit->rung.str(),
-                     !fit->fits ? std::string("does not fit")
-                     : std::isfinite(fit->time)
-                         ? fmt::format("{:.3f} ms", fit->time * 1e3)
-                         : std::string("slower"));
-        if (fit->fits && fit->time < best.iterationTime) {
-          best.strategy = std::move(s);
-          best.iterationTime = fit->time;
-        }
-      }
+      // As it is, then with Megatron's savings (the distributed optimizer,
+      // selective and full recomputation) if it does not fit.
+      if (auto err = keepFastestFit(
+              p, o, tries, memoryLadder(true),
+              fmt::format("megatron: t={} p={}{}", shapes[k].tensor, stages,
+                          shapes[k].sequence ? " sp" : ""),
+              best, tried_))
+        return err;
     }
     return llvm::Error::success();
   }

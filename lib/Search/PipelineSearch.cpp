@@ -176,29 +176,11 @@ llvm::Error refineSchedule(const SearchProblem &p, const SearchOptions &o,
       s.recompute = base.recompute;
       tries.push_back(std::move(s));
     }
-    for (Strategy &s : tries) {
-      if (o.pastDeadline())
-        return llvm::Error::success();
-      if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
-        llvm::consumeError(std::move(err));
-        continue;
-      }
-      auto fit = fitWithLadder(p, s, memoryLadder(), simulated, &o,
-                               best.iterationTime);
-      if (!fit)
-        return fit.takeError();
-      spdlog::info("pipeline: {} stages x {}, v={} {}{}: {}", stages, f.group,
-                   s.pipeline.chunks, scheduleName(s.pipeline.schedule).str(),
-                   fit->rung.str(),
-                   !fit->fits ? std::string("does not fit")
-                   : std::isfinite(fit->time)
-                       ? fmt::format("{:.3f} ms", fit->time * 1e3)
-                       : std::string("slower"));
-      if (fit->fits && fit->time < best.iterationTime) {
-        best.strategy = std::move(s);
-        best.iterationTime = fit->time;
-      }
-    }
+    if (auto err = keepFastestFit(
+            p, o, tries, memoryLadder(),
+            fmt::format("pipeline: {} stages x {},", stages, f.group), best,
+            simulated))
+      return err;
   }
   return llvm::Error::success();
 }

@@ -5,6 +5,7 @@
 
 #include "soap/Support/Error.h"
 #include <cmath>
+#include <spdlog/spdlog.h>
 
 namespace soap {
 
@@ -276,6 +277,35 @@ void registerAllSearchers() {
   registerKCutsSearcher(r);
   registerPipelineSearcher(r);
   registerFtSearcher(r);
+}
+
+llvm::Error keepFastestFit(const SearchProblem &p, const SearchOptions &o,
+                           std::vector<Strategy> &tries,
+                           const std::vector<MemorySaving> &ladder,
+                           const std::string &label, SearchResult &best,
+                           uint64_t &evaluated) {
+  for (Strategy &s : tries) {
+    if (o.pastDeadline())
+      return llvm::Error::success();
+    if (llvm::Error err = verifyStrategy(s, p.graph, p.topo)) {
+      llvm::consumeError(std::move(err));
+      continue;
+    }
+    auto fit = fitWithLadder(p, s, ladder, evaluated, &o, best.iterationTime);
+    if (!fit)
+      return fit.takeError();
+    spdlog::info("{} v={} {}{}: {}", label, s.pipeline.chunks,
+                 scheduleName(s.pipeline.schedule).str(), fit->rung.str(),
+                 !fit->fits ? std::string("does not fit")
+                 : std::isfinite(fit->time)
+                     ? fmt::format("{:.3f} ms", fit->time * 1e3)
+                     : std::string("slower"));
+    if (fit->fits && fit->time < best.iterationTime) {
+      best.strategy = std::move(s);
+      best.iterationTime = fit->time;
+    }
+  }
+  return llvm::Error::success();
 }
 
 } // namespace soap

@@ -284,6 +284,15 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
                 const SearchOptions &o, bool whileLighter = false);
 
+/// Each of `tries` that verifies, through fitWithLadder (`ladder`, limited
+/// by `best`'s time), logged as "`label` <pipeline>: <time>"; the fastest
+/// that fits and beats `best` replaces it. Stops at `o`'s deadline.
+llvm::Error keepFastestFit(const SearchProblem &p, const SearchOptions &o,
+                           std::vector<Strategy> &tries,
+                           const std::vector<MemorySaving> &ladder,
+                           const std::string &label, SearchResult &best,
+                           uint64_t &evaluated);
+
 } // namespace soap
 
 #endif // SOAP_SEARCH_SEARCHER_H

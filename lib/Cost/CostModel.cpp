@@ -190,6 +190,13 @@ bool isGemmKind(llvm::StringRef kind) {
   return kind == "MatMul" || kind == "Gemm";
 }
 
+/// Kernels whose half-precision time is the tensor cores' (the ones a
+/// power-limited clock slows: DeviceSpec::sustainedTensorRatio).
+bool tensorCoreKernel(llvm::StringRef kind, DType t) {
+  return (t == DType::BF16 || t == DType::F16) &&
+         (isGemmKind(kind) || kind == "Conv" || kind == "FlashAttention");
+}
+
 /// Whether a GEMM signature ("Gemm|bf16|in=AxB,CxD,1|out=ExF|...") has an
 /// operand of rank >= 2 whose last dim is not aligned.
 bool unalignedSignature(llvm::StringRef sig) {
@@ -415,8 +422,13 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
     double peak =
         peakFlops(dt) * nearestBySize(computed, flops, computeEff);
     double attention = publishedAttentionFlops(device_.name, dt);
-    if (op.kind == "FlashAttention" && !computed && attention > 0)
+    bool burst = db_ != nullptr; // rates measured in short bursts
+    if (op.kind == "FlashAttention" && !computed && attention > 0) {
       peak = attention;
+      burst = true;
+    }
+    if (burst && tensorCoreKernel(op.kind, dt))
+      peak *= device_.sustainedTensorRatio;
     double bw = memoryBandwidth() * nearestBySize(streamed, bytes, memoryEff);
     t[p] = flops <= 0 && bytes <= 0
                ? 0
@@ -438,10 +450,14 @@ llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
       ++hits_;
       // A pass the host enqueues more slowly than the GPU runs it takes the
       // host's time: issued back to back, the GPU waits for the host.
+      // Measured in bursts: a tensor-core kernel's sustained time is longer.
+      double slow = tensorCoreKernel(op.kind, opDType(g, op))
+                        ? 1 / device_.sustainedTensorRatio
+                        : 1;
       KernelTimes k;
-      k.forward = std::max(e->forward, e->launch[0]);
-      k.backwardData = std::max(e->backwardData, e->launch[1]);
-      k.backwardWeight = std::max(e->backwardWeight, e->launch[2]);
+      k.forward = std::max(e->forward * slow, e->launch[0]);
+      k.backwardData = std::max(e->backwardData * slow, e->launch[1]);
+      k.backwardWeight = std::max(e->backwardWeight * slow, e->launch[2]);
       k.workspace = e->workspace;
       k.source = CostSource::Profile;
       return withoutUnneededBackwardData(op, k);

@@ -71,7 +71,8 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   };
   std::map<std::pair<std::string, std::string>, CommRow> comm;
   std::vector<bool> onPath(tasks.size(), false);
-  std::vector<TaskId> path = sim.criticalPath();
+  Seconds contention = 0;
+  std::vector<TaskId> path = sim.criticalPath(&contention);
   for (TaskId id : path)
     onPath[id] = true;
   Seconds byKind[7] = {0, 0, 0, 0, 0, 0, 0};
@@ -132,6 +133,7 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
   cp["transfer_s"] = byKind[int(TaskKind::Transfer)];
   cp["collective_s"] = byKind[int(TaskKind::Collective)];
   cp["update_s"] = byKind[int(TaskKind::Update)];
+  cp["contention_s"] = contention;
   j["critical_path"] = cp;
 
   Json opsJson = Json::array();
@@ -210,11 +212,16 @@ void printExplain(const Json &j, size_t top, llvm::raw_ostream &os) {
     double v = cp[k].get<double>();
     return fmt::format("{} ms ({})", ms(v), pct(it > 0 ? v / it : 0));
   };
+  double contention = cp.value("contention_s", 0.0);
   os << fmt::format("critical path: {} tasks; compute {}, transfers {}, "
-                    "collectives {}, updates {}; waiting {} ms\n",
+                    "collectives {}, updates {}{}; waiting {} ms\n",
                     cp["tasks"].get<int64_t>(), share("compute_s"),
                     share("transfer_s"), share("collective_s"),
-                    share("update_s"), ms(it - cp["busy_s"].get<double>()));
+                    share("update_s"),
+                    contention > 0 ? ", kernels slowed by communication " +
+                                         share("contention_s")
+                                   : std::string(),
+                    ms(std::max(0.0, it - cp["busy_s"].get<double>() - contention)));
 
   // Ops by their time on the critical path, then by compute.
   std::vector<const Json *> ops;

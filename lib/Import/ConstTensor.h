@@ -33,6 +33,12 @@ struct ConstTensor {
   std::vector<int64_t> dims;
   /// False when the values are not known (too large to keep).
   bool hasData = false;
+  /// Without data, what is still known of the values: every element is
+  /// `uniform` (ConstantOfShape), or the last two dims are nonzero exactly
+  /// on and below the diagonal (Trilu of a nonzero uniform: a causal mask
+  /// too large to materialise).
+  std::optional<double> uniform;
+  bool lowerTriangular = false;
   std::vector<int64_t> ints;
   std::vector<double> floats;
 

@@ -279,6 +279,7 @@ llvm::Expected<ValueId> Builder::valueFor(const std::string &name) {
     v.shape.dims = c->second.dims;
     v.kind = ValueKind::Constant;
     v.hasData = c->second.hasData;
+    v.lowerTriangular = c->second.lowerTriangular;
     if (c->second.hasData) {
       v.lowerTriangular = isCausalMask(c->second);
       if (c->second.numElements() <= keptElements())

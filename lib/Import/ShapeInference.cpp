@@ -171,6 +171,56 @@ llvm::Error runInference(ImportState &s) {
   return llvm::Error::success();
 }
 
+/// What is known of the values of node `n`'s outputs `outs` that are too
+/// large to materialise, from its inputs `ins`: a ConstantOfShape is
+/// uniform, and a lower Trilu of a nonzero uniform tensor (ones(t, t).tril(),
+/// the causal mask of an exported decoder) is lower-triangular, which the
+/// fusion pass needs to price attention as causal at long sequences.
+void describeLargeConstant(const onnx::NodeProto &n,
+                           const std::vector<const ConstTensor *> &ins,
+                           std::vector<ConstTensor> &outs) {
+  if (outs.size() != 1)
+    return;
+  const std::string &op = n.op_type();
+  if (op == "ConstantOfShape") {
+    double value = 0; // the operator's default: a float 0
+    for (const onnx::AttributeProto &a : n.attribute())
+      if (a.name() == "value") {
+        auto t = constFromProto(a.t(), 1);
+        if (!t) {
+          llvm::consumeError(t.takeError());
+          return;
+        }
+        if (!t->hasData || t->numElements() != 1)
+          return;
+        value = t->getDouble(0);
+      }
+    outs[0].uniform = value;
+    return;
+  }
+  if (op == "Cast" && !ins.empty() && ins[0]) {
+    // Zero stays zero and nonzero nonzero, between bool and numbers.
+    outs[0].lowerTriangular = ins[0]->lowerTriangular;
+    if (ins[0]->uniform)
+      outs[0].uniform = *ins[0]->uniform != 0 ? 1.0 : 0.0;
+    return;
+  }
+  if (op != "Trilu" || ins.empty() || !ins[0] || outs[0].dims.size() < 2)
+    return;
+  int64_t upper = 1;
+  for (const onnx::AttributeProto &a : n.attribute())
+    if (a.name() == "upper")
+      upper = a.i();
+  int64_t k = 0;
+  if (ins.size() > 1 && ins[1]) {
+    if (!ins[1]->hasData || ins[1]->numElements() != 1)
+      return;
+    k = ins[1]->getInt(0);
+  }
+  outs[0].lowerTriangular =
+      upper == 0 && k == 0 && ins[0]->uniform && *ins[0]->uniform != 0;
+}
+
 /// One pass over the remaining nodes in topological order; returns whether
 /// any node was folded.
 llvm::Expected<bool> foldPass(ImportState &s) {
@@ -236,6 +286,7 @@ llvm::Expected<bool> foldPass(ImportState &s) {
       }
       if (!known)
         continue;
+      describeLargeConstant(n, ins, outs);
     }
     if (static_cast<int>(outs.size()) != n.output_size())
       continue;

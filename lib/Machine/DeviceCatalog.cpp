@@ -37,6 +37,25 @@ static constexpr llvm::StringLiteral kLaunchNew =
     "assumed typical value (~3 us on Ampere/Hopper-era systems); published "
     "small-kernel launch overheads are a few microseconds";
 
+// The fraction of an A100's or H100's time a concurrent NCCL collective
+// takes from its kernels: Calculon (Isaev et al., SC23; its
+// systems/a100_80g.json and systems/h100_80g_nvl8.json), `processor_usage`
+// 0.15 on the NVLink network and 0.02 on InfiniBand. Not fitted here.
+static constexpr double kNcclShareNvlink = 0.15, kNcclShareNetwork = 0.02;
+// Hopper's sustained over burst tensor-core throughput (see
+// DeviceSpec::sustainedTensorRatio). Fitted, the one constant fitted to a
+// Hopper training run: bench/published.py's calibration row nemo-175b-128
+// (NeMo GPT-3 175B on 128 H100, 8.91 s), with every other NeMo row held
+// out (8.935 s predicted at 0.75; 0.7525 would give 8.91 exactly: two
+// digits are what one row supports). The profile's GEMMs run on operands in [0.5, 1.5) for 25 repeats
+// of a few milliseconds; a training step's GEMMs take normally distributed
+// operands at the 700 W power limit, which lowers the SM clock (Horace He,
+// "Strangely, Matrix Multiplications on GPUs Run Faster When Given
+// 'Predictable' Data", 2024: 15% on an A100 from the data alone).
+// soap-profile can measure it on a lent H100 (randn operands, seconds
+// long), which would replace this fit.
+static constexpr double kHopperSustained = 0.75;
+
 static const DeviceSpec kCatalog[] = {
     // NVIDIA Tesla K80 datasheet: per board (two GK210 dies) 8.73 TFLOP/s
     // FP32 and 2.91 TFLOP/s FP64 with GPU Boost, 24 GB GDDR5, 480 GB/s. CUDA
@@ -63,23 +82,27 @@ static const DeviceSpec kCatalog[] = {
     // dense (624 sparse) TFLOP/s; 40 GB HBM2 at 1,555 GB/s.
     {"A100-SXM4-40GB", "NVIDIA A100 SXM4 40 GB", 19.5 * T, 19.5 * T, 156 * T,
      312 * T, true, 1555 * GBps, 40 * GiB, 3e-6,
-     "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)", kLaunchNew},
+     "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)", kLaunchNew, false,
+     kNcclShareNvlink, kNcclShareNetwork},
     // The same datasheet, 80 GB HBM2e at 2,039 GB/s; same compute.
     {"A100-SXM4-80GB", "NVIDIA A100 SXM4 80 GB", 19.5 * T, 19.5 * T, 156 * T,
      312 * T, true, 2039 * GBps, 80 * GiB, 3e-6,
-     "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)", kLaunchNew},
+     "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)", kLaunchNew, false,
+     kNcclShareNvlink, kNcclShareNetwork},
     // NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP64 tensor core 67 (34
     // without), FP32 67, TF32 989 and FP16/BF16 1,979 TFLOP/s with sparsity,
     // i.e. 494.5 and 989.5 dense; 80 GB HBM3 at 3.35 TB/s.
     {"H100-SXM", "NVIDIA H100 SXM5 80 GB", 67 * T, 67 * T, 494.5 * T, 989.5 * T,
      true, 3350 * GBps, 80 * GiB, 3e-6,
-     "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5)", kLaunchNew},
+     "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5)", kLaunchNew, false,
+     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained},
     // NVIDIA H200 Tensor Core GPU datasheet, SXM: the H100's compute (FP64
     // tensor core 67, FP32 67, TF32 989 and FP16/BF16 1,979 sparse) with
     // 141 GB HBM3e at 4.8 TB/s.
     {"H200-SXM", "NVIDIA H200 SXM 141 GB", 67 * T, 67 * T, 494.5 * T, 989.5 * T,
      true, 4800 * GBps, 141 * GiB, 3e-6,
-     "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)", kLaunchNew},
+     "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)", kLaunchNew, false,
+     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained},
     // One core of the 2-core development host (an Intel Xeon guest under
     // KVM whose CPUID hides the model name; family 6 model 167 at 2.6 GHz and
     // model 207 at 2.3 GHz have been seen, both with AVX-512 and FMA) as

@@ -51,7 +51,8 @@ Json simReport(const Simulator &sim, const SimMetrics &m,
         {"compute_s", m.criticalCompute},
         {"transfer_s", m.criticalTransfer},
         {"collective_s", m.criticalCollective},
-        {"update_s", m.criticalUpdate}}}};
+        {"update_s", m.criticalUpdate},
+        {"contention_s", m.criticalContention}}}};
 }
 
 static std::string ms(const Json &s) {
@@ -88,11 +89,15 @@ void printSimReport(const Json &r, llvm::raw_ostream &os) {
                                            "groups simulated)",
                                            fold)
                              : std::string());
+  double contention = cp.value("contention_s", 0.0);
   os << fmt::format("critical path: {} tasks: compute {}, transfers {}, "
-                    "all-reduces {}, updates {}\n\n",
+                    "all-reduces {}, updates {}{}\n\n",
                     cp["tasks"].get<size_t>(), ms(cp["compute_s"]),
                     ms(cp["transfer_s"]), ms(cp["collective_s"]),
-                    ms(cp["update_s"]));
+                    ms(cp["update_s"]),
+                    contention > 0 ? ", kernels slowed by communication " +
+                                         ms(Json(contention))
+                                   : std::string());
   Table t({"device", "weights", "gradients", "optimizer", "saved", "buffers",
            "workspace", "total"},
           {false, true, true, true, true, true, true, true});

@@ -16,6 +16,64 @@ Simulator::Simulator(TaskGraph &tg) : tg_(tg) {
   exclusive_.assign(tg.numResources(), 1);
   for (size_t r = n; r < exclusive_.size(); ++r)
     exclusive_[r] = !topo.nonBlocking(LinkId(r - n));
+  // NCCL's share of the GPUs' time while they communicate: each link's
+  // GPU ends and whether it leaves the node.
+  const DeviceSpec &spec = topo.deviceSpec();
+  shareIntra_ = spec.ncclComputeShareIntra;
+  shareInter_ = spec.ncclComputeShareInter;
+  if (!spec.commOccupiesCompute && (shareIntra_ > 0 || shareInter_ > 0)) {
+    std::vector<int32_t> deviceOf(topo.vertices().size(), -1);
+    for (DeviceId d = 0; d < n; ++d)
+      deviceOf[topo.device(d).vertex] = int32_t(d);
+    linkEnds_.resize(topo.links().size());
+    for (const Link &l : topo.links()) {
+      LinkEnds &e = linkEnds_[l.id];
+      e.from = deviceOf[l.from];
+      e.to = deviceOf[l.to];
+      e.inter = l.cls == LinkClass::Network || l.cls == LinkClass::Uplink;
+    }
+  }
+}
+
+void Simulator::contend(const Task &t) {
+  // The GPUs at the collective's link ends, each given the share once; none
+  // where the task occupies devices itself (a ring attention step, a CPU
+  // rank's copy).
+  uint32_t n = uint32_t(tg_.context().topo.numDevices());
+  bool inter = false;
+  contended_.clear();
+  for (uint32_t r : t.resources) {
+    if (r < n)
+      return;
+    const LinkEnds &e = linkEnds_[r - n];
+    inter = inter || e.inter;
+    for (int32_t d : {e.from, e.to})
+      if (d >= 0)
+        contended_.push_back(uint32_t(d));
+  }
+  double share = inter ? shareInter_ : shareIntra_;
+  if (share <= 0 || contended_.empty())
+    return;
+  std::sort(contended_.begin(), contended_.end());
+  contended_.erase(std::unique(contended_.begin(), contended_.end()),
+                   contended_.end());
+  Seconds lost = share * t.exe;
+  for (uint32_t d : contended_) {
+    if (!exclusive_[d])
+      continue;
+    // Its kernels lose `lost` from the collective's start: the device
+    // is occupied that much longer, after what it runs at that time. Not
+    // counted as task work (`done`), so resourceBound() stays a lower
+    // bound; logged under the communication's position, so stage() and
+    // undo() keep or drop it with the collective.
+    auto &log = resourceLog_[d];
+    LogEntry &e = log.emplace_back();
+    e.seq = t.seq;
+    e.end = std::max(log.size() > 1 ? log[log.size() - 2].end : 0.0,
+                     t.start) +
+            lost;
+    e.done = log.size() > 1 ? log[log.size() - 2].done : 0;
+  }
 }
 
 void Simulator::start(uint32_t fromSeq, const std::vector<TaskId> &initial) {
@@ -176,6 +234,8 @@ std::optional<Seconds> Simulator::resume(Seconds limit) {
         e.done = done;
         past = past || (bounded && resourceBound(r) > stopAt);
       }
+    if (!linkEnds_.empty() && t.kind == TaskKind::Collective)
+      contend(t);
     timeline_.push_back(
         {item.id, readyAfter_[item.id], t.ready,
          std::max(timeline_.empty() ? 0.0 : timeline_.back().maxEnd, t.end)});
@@ -423,6 +483,53 @@ Seconds Simulator::iterationTime() const {
 }
 
 std::vector<TaskId> Simulator::criticalPath() const {
+  return criticalPath(nullptr);
+}
+
+bool Simulator::contentionEntry(uint32_t r, const LogEntry &e) const {
+  if (r >= tg_.context().topo.numDevices())
+    return false;
+  const Task &c = tg_.tasks()[timeline_[e.seq].task];
+  return c.kind == TaskKind::Collective &&
+         std::find(c.resources.begin(), c.resources.end(), r) ==
+             c.resources.end();
+}
+
+TaskId Simulator::waitedFor(const Task &t, Seconds *contention) const {
+  const std::vector<Task> &tasks = tg_.tasks();
+  TaskId next = kNoTask;
+  for (TaskId p : t.preds)
+    if (tasks[p].end == t.start)
+      next = p;
+  if (next != kNoTask || t.start <= t.ready)
+    return next;
+  // The resource's previous task, the one that ended at our start.
+  for (uint32_t r : t.resources) {
+    const auto &log = resourceLog_[r];
+    auto it = std::lower_bound(
+        log.begin(), log.end(), t.seq,
+        [](const LogEntry &e, uint32_t s) { return e.seq < s; });
+    if (it == log.begin() || std::prev(it)->end != t.start)
+      continue;
+    --it;
+    // Time a communication took from the device (contend()), after the
+    // device's task before it, or from the communication's start where
+    // the device had nothing to run then.
+    while (contentionEntry(r, *it)) {
+      const Task &c = tasks[timeline_[it->seq].task];
+      Seconds before = it == log.begin() ? 0 : std::prev(it)->end;
+      if (contention)
+        *contention += it->end - std::max(before, c.start);
+      if (it == log.begin() || before < c.start)
+        return waitedFor(c, contention);
+      --it;
+    }
+    return timeline_[it->seq].task;
+  }
+  return kNoTask;
+}
+
+std::vector<TaskId> Simulator::criticalPath(Seconds *contention) const {
   const std::vector<Task> &tasks = tg_.tasks();
   TaskId last = kNoTask;
   for (TaskId id = 0; id < tasks.size(); ++id)
@@ -431,29 +538,9 @@ std::vector<TaskId> Simulator::criticalPath() const {
   // Walk back from the last task to finish: each task waited either for
   // its latest predecessor or for its device or link.
   std::vector<TaskId> path;
-  TaskId cur = last;
-  while (cur != kNoTask) {
+  for (TaskId cur = last; cur != kNoTask;
+       cur = waitedFor(tasks[cur], contention))
     path.push_back(cur);
-    const Task &t = tasks[cur];
-    TaskId next = kNoTask;
-    for (TaskId p : t.preds)
-      if (tasks[p].end == t.start)
-        next = p;
-    if (next == kNoTask && t.start > t.ready) {
-      // The resource's previous task, the one that ended at our start.
-      for (uint32_t r : t.resources) {
-        const auto &log = resourceLog_[r];
-        auto it = std::lower_bound(
-            log.begin(), log.end(), t.seq,
-            [](const LogEntry &e, uint32_t s) { return e.seq < s; });
-        if (it != log.begin() && std::prev(it)->end == t.start) {
-          next = timeline_[std::prev(it)->seq].task;
-          break;
-        }
-      }
-    }
-    cur = next;
-  }
   std::reverse(path.begin(), path.end());
   return path;
 }
@@ -509,7 +596,7 @@ SimMetrics Simulator::metrics() const {
       break;
     }
   }
-  for (TaskId id : criticalPath()) {
+  for (TaskId id : criticalPath(&m.criticalContention)) {
     const Task &t = tasks[id];
     ++m.criticalPathTasks;
     switch (t.kind) {

@@ -43,6 +43,22 @@ struct DeviceSpec {
   /// kernels. The simulator makes a transfer or collective occupy the
   /// devices at its ends (or in its group) as well as its links.
   bool commOccupiesCompute = false;
+  /// NCCL's collectives run as kernels on the GPU's own SMs, so a kernel
+  /// that runs beside a collective of its GPU runs slower: the GPU loses
+  /// this fraction of the collective's time to it (the simulator occupies
+  /// the GPU for that long when the collective starts). Within a node
+  /// (NVLink, NVSwitch, PCIe) and across the network; 0 where no published
+  /// figure is known. Point-to-point sends take none: NCCL gives them a
+  /// channel or two, and the source of these figures (Calculon) charges
+  /// them none either.
+  double ncclComputeShareIntra = 0, ncclComputeShareInter = 0;
+  /// Sustained over burst throughput of tensor-core kernels: a GEMM,
+  /// convolution or attention kernel timed alone for a few milliseconds
+  /// (soap-profile's measurements, published kernel benchmarks) runs at a
+  /// higher clock than the same kernel in a training step that keeps the
+  /// GPU at its power limit for seconds with training data's operands. The
+  /// cost model scales such measured rates by it (1: none known).
+  double sustainedTensorRatio = 1;
 
   double peakFlopsPerSec(PeakFormat f) const;
 };

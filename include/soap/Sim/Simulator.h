@@ -41,6 +41,9 @@ struct SimMetrics {
   size_t criticalPathTasks = 0;
   Seconds criticalCompute = 0, criticalTransfer = 0, criticalCollective = 0,
           criticalUpdate = 0;
+  /// Time on the critical path that communication took from a device's
+  /// kernels (DeviceSpec::ncclComputeShareIntra/Inter).
+  Seconds criticalContention = 0;
   size_t numTasks = 0; ///< simulated (a folded graph's: block 0's)
   /// Blocks the graph was folded over (TaskGraph::fold; 1: not folded).
   int32_t fold = 1;
@@ -87,6 +90,10 @@ public:
   /// from the last task to finish back through, at each step, the
   /// predecessor or the device/link queue it waited for.
   std::vector<TaskId> criticalPath() const;
+  /// The same, adding the time on it that communication took from a
+  /// device's kernels (DeviceSpec::ncclComputeShareIntra/Inter) to
+  /// `*contention` where not null.
+  std::vector<TaskId> criticalPath(Seconds *contention) const;
   /// Tasks re-simulated by the last call (for benchmarks).
   size_t lastResimulated() const { return lastResimulated_; }
   /// Chrome trace (chrome://tracing, Perfetto): one track per device and
@@ -152,6 +159,15 @@ private:
   void touch(TaskId id);
   /// The per-task scratch vectors as long as the task vector.
   void growScratch();
+  /// Collective `t`, just scheduled, takes its share of its GPUs' time
+  /// (DeviceSpec::ncclComputeShareIntra/Inter).
+  void contend(const Task &t);
+  /// Whether resource `r`'s log entry `e` is time a collective took from
+  /// device `r` (contend()) rather than a task of its own.
+  bool contentionEntry(uint32_t r, const LogEntry &e) const;
+  /// The task `t` waited for to start (kNoTask: none), adding the time
+  /// communication took from its device on the way to `*contention`.
+  TaskId waitedFor(const Task &t, Seconds *contention) const;
 
   TaskGraph &tg_;
   /// One position of the timeline: the task, one past the position of the
@@ -172,6 +188,15 @@ private:
   /// Per resource: whether tasks on it wait for one another (devices and
   /// links; not the links Topology::nonBlocking names).
   std::vector<uint8_t> exclusive_;
+  /// Per link: its GPU ends (-1: none) and whether it leaves the node;
+  /// empty where communication takes no share of the GPUs' time.
+  struct LinkEnds {
+    int32_t from = -1, to = -1;
+    bool inter = false;
+  };
+  std::vector<LinkEnds> linkEnds_;
+  double shareIntra_ = 0, shareInter_ = 0;
+  std::vector<uint32_t> contended_; ///< contend()'s scratch
   /// Per task, for the run in progress: predecessors left, and one past
   /// the position of the one that made it ready.
   std::vector<uint32_t> remaining_, readyAfter_;

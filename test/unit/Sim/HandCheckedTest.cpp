@@ -81,6 +81,11 @@ TEST_CASE("FlexFlow Figure 4: a 3-layer RNN, one layer per GPU", "[Sim]") {
   }
   requireOk(b.g.computeSemantics());
   Topology topo = exampleTopology("dgx-h100-1");
+  // FIFO devices exactly as in the figure: no time lost to NCCL's kernels
+  // (ContentionTest checks that).
+  DeviceSpec spec = topo.deviceSpec();
+  spec.ncclComputeShareIntra = spec.ncclComputeShareInter = 0;
+  topo.setDeviceSpec(spec);
   CostModel cost(topo.deviceSpec(), nullptr, CostMode::Analytic);
   CollectiveModel coll(topo);
   SimContext ctx{b.g, topo, cost, coll, Optimizer::Sgd};

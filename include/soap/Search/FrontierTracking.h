@@ -232,11 +232,6 @@ struct FtResult {
 /// `o.threads`.
 FtResult frontierTracking(const FtModel &m, const FtOptions &o);
 
-/// The frontier of every assignment (configurations and edge options), for
-/// tests on small graphs; nullopt-like empty result beyond `limit`
-/// assignments.
-std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit);
-
 /// TensorOpt 4.1's modes.
 enum class FtMode : uint8_t { Frontier, MiniTime, MiniParallelism, Profile };
 std::optional<FtMode> parseFtMode(llvm::StringRef s);

@@ -4,6 +4,7 @@
 // tensor-reuse options, recomputation) on a chain, a residual block, a
 // two-branch block, an attention block and a weight shared by two ops;
 // recomputation's configurations; heuristic elimination says it ran.
+#include "FrontierOracle.h"
 #include "soap/Search/FrontierTracking.h"
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"

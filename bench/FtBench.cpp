@@ -1,4 +1,4 @@
-// bench-ft: TensorOpt frontier tracking (issue 7) running time on 16 V100s
+// bench-ft: TensorOpt frontier tracking running time on 16 V100s
 // (v100-2x8) at batch 256 for TensorOpt Table 1's WideResNet, RNN and
 // Transformer, FT-LDP and FT-Elimination, beside TensorOpt Table 3 (48-core
 // CPU). FT time = initialisation (Eq. 1-2) + eliminations + DP + unroll; no

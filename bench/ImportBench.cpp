@@ -1,6 +1,6 @@
 // bench-import: time to import each zoo model (ONNX load, shape inference,
 // folding, IR build, semantics), the median of repeated runs. Target from
-// issue 2: resnet101 in < 0.5 s on a 2-core machine.
+// resnet101 in < 0.5 s on a 2-core machine.
 //   build/bin/bench-import [--repeat N] [--out bench/results/import.json]
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Support/Error.h"

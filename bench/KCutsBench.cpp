@@ -1,4 +1,4 @@
-// bench-kcuts: SOYBEAN's k-cuts tiling (issue 6) against data parallelism
+// bench-kcuts: SOYBEAN's k-cuts tiling against data parallelism
 // on AlexNet and VGG16 on 8 K80s at batch 256-1024: bytes moved
 // (point-to-point + all-reduce, from the simulator), simulated iteration
 // time and search time; and SOYBEAN section 2.2's MLP on 16 devices, the

@@ -3,7 +3,7 @@
 // end-to-end search times with delta simulation (seconds). Prints the
 // search time, proposals, and the simulated speedup of the plan found over
 // data parallelism (FlexFlow reports 1.3-3.3x real speedups for five of the
-// six; ResNet-101 ~1x). Issue 5's target: converge in <= 1/100 of Table 5's
+// six; ResNet-101 ~1x). Targets: converge in <= 1/100 of Table 5's
 // times. Each search runs twice, with and without early rejection (the
 // acceptance threshold drawn before the delta simulation, which stops once
 // the makespan is certain to pass it): the same chain, so the same plan,

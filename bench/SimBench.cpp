@@ -1,7 +1,7 @@
 // bench-sim: task-graph size, full-simulation time and delta-simulation time
 // per proposal for Inception-v3, NMT and ResNet-101 on 4-64 devices, beside
 // FlexFlow Table 5's observation that delta simulation was 2.2-6.9x faster
-// than full simulation. Issue 4's targets: delta >= 10x faster than full at
+// than full simulation. Targets: delta >= 10x faster than full at
 // 16 devices and >= 30x at 64; >= 10,000 delta-simulated proposals per
 // second for Inception-v3 on 16 devices. Asserts nothing.
 //   build/bin/bench-sim [--proposals N] [--models inception_v3,nmt,resnet101]

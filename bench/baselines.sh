@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/baselines.sh: mcmc against data, model and expert parallelism on every
 # zoo model on p100-4x4, k80-16x4 and dgx-h100-2 under the same simulator
-# (issue 5). mcmc starts from those strategies, so it is never slower; the
+#. mcmc starts from those strategies, so it is never slower; the
 # table shows by how much it is faster. Writes bench/results/baselines.csv.
 #   bench/baselines.sh [BUDGET]      (default 300 proposals)
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/compare-stream.py [--timeout 30s] [--topology T] [--out FILE]
 
-Issue 21's measurement: `soapc compare` on FlexFlow's six workloads with every
+`soapc compare` on FlexFlow's six workloads with every
 searcher and --timeout, timing when each row reaches the pipe. Prints a table
 (per model: the fastest searcher's search time, when the first row arrived,
 when the last arrived, the wall time, and which searchers timed out) and

@@ -2,7 +2,7 @@
 """bench/exec-all.py [--models M:B,..] [--searchers S,..] [--ranks 2,4]
 [--steps K] [--timeout D] [--build DIR] [--out F]
 
-Issue 20's "every zoo model runs under every searcher's plan": for each
+Every zoo model runs under every searcher's plan: for each
 model (at batch B) and each searcher, soapc's plan on 2 and 4 ranks
 (test/cli/exec/Inputs: two.json, p100-2x2.json) is run by soap-run under
 mpirun, and its losses and every final weight are compared with the same

@@ -2,7 +2,7 @@
 """bench/fidelity-cpu.py [--models M:B,..] [--searchers S,..] [--topology T]
 [--profile P] [--seconds S] [--rounds R] [--build DIR] [--out F]
 
-Issue 20's closed loop on the CPU: for each zoo model and each searcher's
+The closed loop on the CPU: for each zoo model and each searcher's
 plan on this host as soap-run uses it (examples/topologies/cpu-2.json: two
 MPI ranks of one core each), soapc's predicted iteration time and peak
 memory per device under the host's own cost database (profiles/

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A whole training iteration on one GPU, as soapc's simulator predicts it and
-as PyTorch runs it (issue 22).
+as PyTorch runs it.
 
     bench/fidelity-iter.py plans   [--dir D] [--gpu h100|h200] [--models M:B,..]
     bench/fidelity-iter.py measure [--dir D] [--repeats N] [--warmup N] [--only S,..]

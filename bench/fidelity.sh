@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fidelity.sh: how well the simulator predicts compute on a real GPU
-# (issue 9). Needs a CUDA build of soap-profile and one H100 or H200.
+#. Needs a CUDA build of soap-profile and one H100 or H200.
 #   bench/fidelity.sh plans     the plans compared: every model whole on one
 #                               GPU (a data plan on one device), and 5 plans
 #                               per MULTI_MODELS model on 8 devices (data,

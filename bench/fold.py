@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/fold.py [--rows NAME,...] [--out bench/results/fold.json]
 
-Issue 18's "task graphs that do not grow with devices": `soapc simulate` of
+Task graphs that do not grow with devices: `soapc simulate` of
 a symmetric strategy folded (the default: one group of identical devices
 simulated, Sim/Fold.h) and with --no-fold (every device's tasks), one
 process at a time: tasks, wall time, peak resident memory (GNU time's %M)

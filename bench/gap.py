@@ -2,7 +2,7 @@
 """bench/gap.py [--models M,..] [--topologies T,..] [--searchers S,..]
 [--per-device 64] [--budget 2000] [--timeout 5m] [--out F]
 
-Issue 16's measure on FlexFlow's six workloads on its two clusters: how
+A measure on FlexFlow's six workloads on its two clusters: how
 much of the gap between data parallelism and the ideal the best plan
 closes. The ideal is the iteration time of one device of the same kind at
 the same per-device batch (all the work, none of the communication:

@@ -2,7 +2,7 @@
 """bench/gpt3.py [--rows 1.3b,6.7b,13b,175b] [--searchers ...] [--timeout 10m]
                  [--out bench/results/gpt3.json]
 
-Issue 17's numbers: GPT-3 (Brown et al. 2020, Table 2.1; the zoo's
+GPT-3 (Brown et al. 2020, Table 2.1; the zoo's
 gpt3_*.onnx, weights shape-only) trained in bf16 with Adam at a global batch
 of sequences of 2,048 tokens: 1.3B on dgx-h100-1 (8 H100), 6.7B and 13B on
 dgx-h100-8 (64), 175B on dgx-h100-128 (1,024). Every searcher runs under the

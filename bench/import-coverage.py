@@ -3,7 +3,7 @@
                             [--cache DIR] [--build DIR] [--out FILE]
                             [--merge PARTIAL.json,...]
 
-Issue 19's numbers: every classification model of torchvision.models
+Every classification model of torchvision.models
 (list_models(), 80 in torchvision 0.14) plus nn.TransformerEncoder and a GPT
 block, each exported by torch.onnx.export at opset 13 and 17, in eval mode
 (TrainingMode.EVAL: BatchNorm folded, Dropout gone) and in training mode

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/memory-cpu.py [--models M:B,..] [--ranks N] [--build DIR] [--out F]
 
-Issue 17's memory check: for each plan kind — data parallelism, a 2-stage
+The memory check: for each plan kind — data parallelism, a 2-stage
 pipeline (1F1B and GPipe, 4 micro-batches), selective and full
 recomputation, ZeRO-1, -2 and -3, and bf16 data parallelism, pipeline and
 ZeRO-3 — on small zoo models, the simulator's
@@ -39,7 +39,7 @@ KINDS = [
     ("zero-2", ["2"], None),
     ("zero-3", ["3"], None),
     # bf16 (soapc --precision bf16): bf16 weights, gradients and
-    # activations, fp32 master weights (issue 17's mixed precision).
+    # activations, fp32 master weights (mixed precision).
     ("bf16 data parallel", None, None, "bf16"),
     ("bf16 pipeline 1f1b", None, ["2", "4", "1f1b"], "bf16"),
     ("bf16 zero-3", ["3"], None, "bf16"),

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/pipeline.py [--topology T] [--per-device N] [--timeout 10m] [--out F]
 
-Issue 16's numbers: gpt2 and transformer (BERT-large-like) on dgx-h100-8
+gpt2 and transformer (BERT-large-like) on dgx-h100-8
 (64 H100s) at N sequences per device (default 64), every searcher under the
 same simulator: data parallelism, the hand-written `megatron` plan (its best
 tensor x pipeline shape), the `pipeline` searcher and mcmc (per-op SOAP

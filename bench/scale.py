@@ -2,7 +2,7 @@
 """bench/scale.py [--rows gpt2,gpt3_13b] [--searchers data,kcuts,mcmc,ft]
                   [--budget 4m] [--timeout 5m] [--out bench/results/scale.json]
 
-Issue 18's scale numbers: searches on dgx-h100-128 (1,024 H100) at a global
+Scale: searches on dgx-h100-128 (1,024 H100) at a global
 batch of 2,048 sequences, GPT-2 (the zoo's export, fp32 + SGD) and GPT-3 13B
 (the zoo's shape-only export, bf16 + Adam). Each searcher runs as a user runs
 it, `soapc MODEL --search S --budget B --timeout T`, one process at a time;

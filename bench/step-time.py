@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/step-time.py [--models M,..] [--threads T] [--steps K] [--out F]
 
-Issue 20's numbers: the wall time of one SGD step of soap-run (one rank, a
+The wall time of one SGD step of soap-run (one rank, a
 data-parallel plan on one device, CPU kernels) against PyTorch on the CPU
 for the same zoo model (examples/models/export.py's builder), batch,
 threads and loss (softmax cross-entropy over the logits, SGD), side by side

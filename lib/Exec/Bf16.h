@@ -1,4 +1,4 @@
-// bf16 rounding for the executor's mixed-precision runs (issue 17): values
+// bf16 rounding for the executor's mixed-precision runs: values
 // stored as bf16 are kept in fp32 arrays, rounded to the nearest bf16 with
 // ties to even (as a float -> bf16 conversion on a GPU or in oneDNN does),
 // so a kernel reads exactly what a bf16 tensor holds and accumulates in

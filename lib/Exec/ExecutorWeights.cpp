@@ -2,7 +2,7 @@
 // that its tiles read (as the simulator counts them), lends them to the
 // kernels, accumulates their gradients over the micro-batches and takes the
 // optimizer step after summing them over each box's data-parallel group —
-// an all-reduce, or ZeRO (issue 17; DESIGN.md, "memory choices"): stage 1
+// an all-reduce, or ZeRO (DESIGN.md, "memory choices"): stage 1
 // reduce-scatters the gradients once per step, updates this member's part
 // of the weight and optimizer state and all-gathers the parts; stage 2
 // keeps only the gradient's part (reduce-scattered after every

@@ -1,4 +1,4 @@
-// The executor's memory counter (issue 17): every byte of tensor storage a
+// The executor's memory counter: every byte of tensor storage a
 // rank holds (weights, gradients, optimizer state, activations, transfer
 // buffers) is allocated through TrackedAllocator, which keeps the process's
 // current and peak bytes, so soap-run can report its measured peak beside

@@ -144,7 +144,7 @@ llvm::Error parseModel(ImportState &s) {
     return inputError("{}: the model imports no opset of the default ONNX "
                       "domain",
                       s.path);
-  // Opset 7 (ONNX 1.2) brought today's broadcasting; 17 is the newest that
+  // Opset 7 (ONNX 1.2) brought the current broadcasting; 17 is the newest that
   // ONNX 1.12's shape inference knows.
   if (s.opset < kMinOpset || s.opset > kMaxOpset)
     return inputError("{}: opset_import: default-domain opset {} is outside "

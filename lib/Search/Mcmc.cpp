@@ -384,7 +384,7 @@ public:
     for (const Op &op : g.ops())
       random.configs.push_back(space.sample(op.id, root));
     initial.push_back(std::move(random));
-    // Pipelined starts (issue 16): data parallelism inside stages of whole
+    // Pipelined starts: data parallelism inside stages of whole
     // nodes, 4 micro-batches a stage, for the chain's stage and
     // micro-batch moves to refine; and gradient accumulation.
     size_t nodes = std::max<size_t>(1, p.topo.numNodes());

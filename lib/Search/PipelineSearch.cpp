@@ -1,4 +1,4 @@
-// The `pipeline` searcher (issue 16): Alpa's inter-operator pass over
+// The `pipeline` searcher: Alpa's inter-operator pass over
 // soapc's space. For each stage count p (a power of two dividing the
 // devices, at most max(8, nodes)) the devices form p equal groups of
 // consecutive ids; for each intra-stage plan of such a group (SOYBEAN's k-cuts

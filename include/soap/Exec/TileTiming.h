@@ -1,4 +1,4 @@
-// Timing one op tile with the CPU kernels soap-run runs (issue 20): what
+// Timing one op tile with the CPU kernels soap-run runs: what
 // soap-profile --backend cpu writes into a cost database, so that the
 // simulator's kernel times are the executor's own.
 #ifndef SOAP_EXEC_TILETIMING_H

@@ -208,7 +208,7 @@ public:
   std::vector<std::vector<DeviceId>> groupsAt(Level level) const;
 
   /// Groups of devices a strategy treating every group alike may be
-  /// simulated on one of (issue 18, Sim/Fold.h). The devices split into
+  /// simulated on one of (Sim/Fold.h). The devices split into
   /// periods of `period` devices, each period into `period / block` blocks
   /// of whole nodes; group j is the j-th block of every period, and group
   /// j's devices are group 0's moved j blocks on within their period. Valid

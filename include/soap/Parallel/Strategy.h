@@ -184,7 +184,7 @@ struct GradSync {
 
 /// A configuration for every op of a graph, indexed by OpId, how the
 /// iteration is pipelined, and which ops recompute their forward in the
-/// backward pass instead of keeping what it saves (issue 17).
+/// backward pass instead of keeping what it saves.
 struct Strategy {
   std::vector<OpConfig> configs;
   Pipeline pipeline;

@@ -46,7 +46,7 @@ struct FtOptions {
   /// keep the copy before, after, or both.
   bool tensorReuse = true;
   /// Recomputation as a configuration (the extension TensorOpt section 2
-  /// names, and issue 17's memory dimension): every configuration of an op
+  /// names, and memory dimension): every configuration of an op
   /// that saves activations also comes recomputed, its forward run again
   /// before its backward instead of its saved tensors kept; it then keeps
   /// the activation inputs that kept producers (or the graph) give it, as
@@ -60,7 +60,7 @@ struct FtOptions {
   /// granule are left out; an op with no sample loop cannot run in more
   /// than one (FtModel::build says so).
   int32_t microBatches = 1;
-  /// Sharding as a configuration (issue 17): every configuration of an op
+  /// Sharding as a configuration: every configuration of an op
   /// whose weights (read by it alone) are replicated over a data-parallel
   /// group also comes with ZeRO stages 1, 2 and 3 over that group — the
   /// optimizer state, then the gradients, then the weights held 1/R; the
@@ -89,7 +89,7 @@ struct FtOptions {
   bool isCancelled() const { return cancelled && cancelled(); }
   llvm::Error validate() const;
   /// What `--search ft` and `soapc frontier` use by default: 1-D device
-  /// meshes and a 1% epsilon-frontier (issue 7's bench shows the cost of
+  /// meshes and a 1% epsilon-frontier (bench shows the cost of
   /// the exact 2-D one).
   static FtOptions fast() {
     FtOptions o;
@@ -231,11 +231,6 @@ struct FtResult {
 /// unrolling into one assignment per frontier point. Deterministic whatever
 /// `o.threads`.
 FtResult frontierTracking(const FtModel &m, const FtOptions &o);
-
-/// The frontier of every assignment (configurations and edge options), for
-/// tests on small graphs; nullopt-like empty result beyond `limit`
-/// assignments.
-std::vector<FtCosts> bruteForceFrontier(const FtModel &m, uint64_t limit);
 
 /// TensorOpt 4.1's modes.
 enum class FtMode : uint8_t { Frontier, MiniTime, MiniParallelism, Profile };

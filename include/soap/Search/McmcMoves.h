@@ -1,4 +1,4 @@
-// mcmc's structural proposals (issue 16): moves that change more than one
+// mcmc's structural proposals: moves that change more than one
 // op's configuration at once, so the chain simulates them in full rather
 // than by delta. Pipeline moves (a stage boundary, the micro-batch count,
 // the device count of a stage). Free functions of the current strategy and an Rng, so

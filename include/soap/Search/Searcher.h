@@ -219,7 +219,7 @@ llvm::Expected<std::optional<Seconds>>
 evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks = 0,
                Seconds limit = std::numeric_limits<Seconds>::infinity());
 
-/// A way to make a strategy hold less (issue 17): a ZeRO stage on every op
+/// A way to make a strategy hold less: a ZeRO stage on every op
 /// with a data-parallel group, and a recomputation policy.
 struct MemorySaving {
   int zero = 0;

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Determinism check (issue 10): every searcher `soapc --help` lists x every
+"""Determinism check: every searcher `soapc --help` lists x every
 model of the zoo: two searches each -- one with --threads 1, one with
 --threads 2 (and --chains 2, so that threads have something to run) --
 must exit alike and, when they write a plan, write the same plan. Two
 processes, two thread counts: a search that depends on addresses, timing
 or thread scheduling differs between them (a third run with --threads 1
-added only CI time: issue 10's test took 506 s of it). A combination whose
+added only CI time: this test took 506 s of it). A combination whose
 searches all exit 3 (no feasible plan) is skipped with a line saying so.
 
 Seeds. The searchers in SEEDED draw random numbers: each runs at seeds

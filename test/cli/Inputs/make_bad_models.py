@@ -193,7 +193,7 @@ def main():
         [inp("x", ["N", 8])], [out("y")],
         [helper.make_tensor("axes", I64, [1], [1])]))
 
-    # Issue 19: an opset past what ONNX 1.12 knows, and one before today's
+    # an opset past what ONNX 1.12 knows, and one before opset 7's
     # broadcasting; initializer data shorter than its dims (raw_data: 31
     # floats' bytes of 32, and a float_data of 3 values for 32).
     m = mlp(stripped("w", [8, 4]))

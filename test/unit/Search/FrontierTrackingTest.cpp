@@ -1,9 +1,10 @@
-// TensorOpt frontier tracking (issue 7): Algorithm 1, the re-scheduling
+// TensorOpt frontier tracking: Algorithm 1, the re-scheduling
 // shortest path, and the property that FT's frontier equals the brute-force
 // frontier over every strategy of its configuration set (configurations and
 // tensor-reuse options, recomputation) on a chain, a residual block, a
 // two-branch block, an attention block and a weight shared by two ops;
 // recomputation's configurations; heuristic elimination says it ran.
+#include "FrontierOracle.h"
 #include "soap/Search/FrontierTracking.h"
 #include "../IR/TestGraphs.h"
 #include "../TestInputs.h"
@@ -747,7 +748,7 @@ TEST_CASE("ThreadPool: an index's exception reaches parallelFor's caller; "
     INFO(threads << " threads");
     ThreadPool pool(threads);
     std::atomic<size_t> started{0};
-    // (A worker's exception used to escape its thread: std::terminate.)
+    // (A worker's exception must not escape its thread: std::terminate.)
     REQUIRE_THROWS_AS(pool.parallelFor(100000,
                                        [&](size_t i) {
                                          ++started;

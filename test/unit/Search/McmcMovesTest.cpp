@@ -1,4 +1,4 @@
-// mcmc's structural moves (McmcMoves.h, issue 16): a stage's device count
+// mcmc's structural moves (McmcMoves.h): a stage's device count
 // moved to its neighbour keeps every stage on its own contiguous range with
 // every op re-mapped inside it, the strategy still verifies, and a boundary
 // or micro-batch move changes only what it says.

@@ -1,4 +1,4 @@
-// Shared edge plans (TaskGraph::edgePlan, issue 18): an edge's transfers are
+// Shared edge plans (TaskGraph::edgePlan): an edge's transfers are
 // derived once per kind of edge and replayed for every edge of that kind.
 // The graph must be the one that deriving every edge on its own gives: the
 // same tasks under the same ids, with the same keys, times, bytes, routes

@@ -1,4 +1,4 @@
-// Folded task graphs (Sim/Fold.h, issue 18): a symmetric strategy simulated
+// Folded task graphs (Sim/Fold.h): a symmetric strategy simulated
 // on one block of devices gives the full graph's timeline — every block-0
 // task's start and end, the iteration time, every device's memory — and a
 // strategy that is not symmetric gets the full graph.

@@ -1,4 +1,4 @@
-// The simulator's memory at the backward pass's peak (issue 17), checked by
+// The simulator's memory at the backward pass's peak, checked by
 // hand on mlp_small at batch 64 on one device: MatMul, Relu, MatMul, Relu,
 // MatMul, loss, 64 x 32 floats between ops.
 #include "SimFixture.h"

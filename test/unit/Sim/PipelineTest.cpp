@@ -1,4 +1,4 @@
-// Pipelines and micro-batches (issue 16): the schedules' order, the
+// Pipelines and micro-batches: the schedules' order, the
 // simulated bubble and memory of GPipe and 1F1B, gradient accumulation,
 // delta simulation equal to full simulation under a pipeline, and the
 // strategies verifyStrategy refuses.

@@ -1,4 +1,4 @@
-// ZeRO / FSDP sharding (issue 17): the memory each stage leaves per device,
+// ZeRO / FSDP sharding: the memory each stage leaves per device,
 // the reduce-scatters and all-gathers in place of the all-reduce, delta
 // simulation equal to full simulation under ZeRO-2 and ZeRO-3, and the
 // strategies verifyStrategy refuses.

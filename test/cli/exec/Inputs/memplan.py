@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Rewrite a soapc plan with memory-saving choices (issue 17): ZeRO stage
+"""Rewrite a soapc plan with memory-saving choices: ZeRO stage
 ZERO on every op with weights that runs on more than one device (a
 data-parallel group in a data plan), and RECOMPUTE ("selective": every op
 without weights that saves something for backward; "full": every op that

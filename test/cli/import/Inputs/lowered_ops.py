@@ -1,5 +1,5 @@
 """Small real exports of what the torchvision catalogue needed beyond the
-zoo (issue 19), and their PyTorch reference:
+zoo, and their PyTorch reference:
 
   einsum  MaxViT's attention as torchvision writes it (einsum "B G H I D,
           B G H J D -> B G H I J" and back), a head as einsum with a

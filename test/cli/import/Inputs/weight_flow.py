@@ -1,4 +1,4 @@
-"""Small models for issue 19's importer fixes, and their PyTorch reference:
+"""Small models for importer fixes, and their PyTorch reference:
 
   flow  parameters reach the ops that compute with them through shape ops:
         a class token expanded to the batch and concatenated to the input,

@@ -1,7 +1,7 @@
 // FT's re-scheduling costs (TensorOpt 4.2): the cheapest sequence of
 // collectives between two splits of a tensor, a shortest path over the
 // collective model, memoised per (rank, bytes, source split).
-#include "FrontierPaths.h"
+#include "Splits.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// soap-profile --backend cpu (issue 20): the cost database of this host as
+// soap-profile --backend cpu: the cost database of this host as
 // soap-run uses it. Every MPI rank (one per device of a CPU topology) times
 // the same op tiles at once with soap-run's own CPU kernels and thread
 // count, so they share the cores' memory bandwidth as soap-run's ranks do;

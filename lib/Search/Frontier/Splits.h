@@ -1,7 +1,7 @@
 // FT's re-scheduling model (TensorOpt 4.2), private to lib/Search: the
 // collective times FT's costs use, and the shortest paths between splits of
 // a tensor that give an edge's re-scheduling time. FtModelBuilder
-// (FrontierCosts.cpp) derives from it; FtModel::reschedule() uses it after
+// (Model.cpp) derives from it; FtModel::reschedule() uses it after
 // the build.
 #ifndef SOAP_LIB_SEARCH_FRONTIERPATHS_H
 #define SOAP_LIB_SEARCH_FRONTIERPATHS_H

@@ -135,8 +135,14 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
       b.setOutput(0, m);
   }
   std::vector<int> scoreLoops = batch;
-  if (repLoop >= 0 && b.numIn() > 3 && b.in(3))
-    return inputError("grouped-query attention with a mask operand");
+  // A mask over query heads would need the (h, r) pair; one that has no
+  // heads dim (a [q, k] causal mask too large to fold) is broadcast.
+  if (repLoop >= 0 && b.numIn() > 3 && b.in(3)) {
+    const std::vector<int64_t> &md = b.in(3)->shape.dims;
+    size_t fromEnd = rank - (s - 1); // the heads dim, counted from the end
+    if (md.size() >= fromEnd && md[md.size() - fromEnd] != 1)
+      return inputError("grouped-query attention with a mask over heads");
+  }
   scoreLoops.push_back(q);
   scoreLoops.push_back(k);
   std::vector<int64_t> scoreShape(logical[0].begin(), logical[0].begin() + s);

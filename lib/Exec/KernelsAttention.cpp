@@ -44,6 +44,10 @@ llvm::Error checkAttention(const Graph &g, const Op &op) {
   size_t rank = g.value(op.inputs[0]).shape.rank();
   if (rank != 3 && rank != 4)
     return inputError("operands of rank {} (3 or 4 supported)", rank);
+  if (op.hasAttr("kv_heads"))
+    return inputError("grouped-query attention (K and V with fewer heads "
+                      "than Q) has no kernel here yet; run it with --kernels "
+                      "eager");
   return llvm::Error::success();
 }
 

@@ -4,8 +4,10 @@
 // before its last member, so the order stays topological).
 #include "soap/IR/Fusion.h"
 
+#include "FusionPatterns.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
+#include <map>
 #include <queue>
 #include <set>
 
@@ -66,7 +68,14 @@ struct AttentionMatch {
   double dropoutRatio = 0;
   std::string dropoutName;
   int transposes = 0;
+  /// Grouped-query attention: K and V have kvHeads heads, each read by
+  /// heads / kvHeads query heads (the repeat before attention absorbed).
+  int64_t heads = 0, kvHeads = 0;
 };
+
+/// Group numbers of the fixed patterns (FusionPatterns.h), above those of
+/// attention and element-wise groups.
+constexpr int kPatternBase = 1 << 28;
 
 class Fuser {
 public:
@@ -82,6 +91,7 @@ private:
   std::vector<AttentionMatch> attention_;
   /// Element-wise groups: members ascending.
   std::vector<std::vector<OpId>> eltGroups_;
+  std::vector<detail::FusedPattern> patterns_;
 
   const Op *producer(ValueId v) const {
     if (v == kNoValue)
@@ -108,14 +118,20 @@ private:
            isFloating(g_.value(v).dtype);
   }
 
+  void matchPatterns();
   void matchAttention();
   std::optional<AttentionMatch> matchAt(const Op &pv) const;
   void absorbTransposes(AttentionMatch &m) const;
+  void absorbRepeats(AttentionMatch &m) const;
+  std::optional<std::vector<OpId>> repeatOf(ValueId v, size_t headDim,
+                                            OpId user, ValueId &source) const;
   void groupElementwise();
   Op attentionOp(const AttentionMatch &m, Graph &ng,
                  const std::function<ValueId(ValueId)> &map) const;
   Op elementwiseOp(const std::vector<OpId> &members, Graph &ng,
                    const std::function<ValueId(ValueId)> &map) const;
+  Op patternOp(const detail::FusedPattern &p, Graph &ng,
+               const std::function<ValueId(ValueId)> &map) const;
 };
 
 /// Whether `s` (a [.., Sq, Sk] causal-mask constant) is what causal
@@ -282,6 +298,15 @@ void Fuser::absorbTransposes(AttentionMatch &m) const {
   // projections); then neither transpose is private.
   absorbIn(m.k, m.kDims, qk);
   absorbIn(m.v, m.vDims, pv);
+  // Grouped-query attention: K and V repeated to the query heads; then
+  // the transposes before the repeat.
+  ValueId k = m.k, v = m.v;
+  absorbRepeats(m);
+  auto reader = [&](ValueId x) { return g_.value(x).users.front(); };
+  if (m.k != k)
+    absorbIn(m.k, m.kDims, reader(m.k));
+  if (m.v != v)
+    absorbIn(m.v, m.vDims, reader(m.v));
   const Value &o = g_.value(m.o);
   if (o.users.size() == 1 &&
       std::find(g_.outputs.begin(), g_.outputs.end(), m.o) ==
@@ -299,6 +324,96 @@ void Fuser::absorbTransposes(AttentionMatch &m) const {
     }
   }
   std::sort(m.members.begin(), m.members.end());
+}
+
+/// Whether `v` (read by `user`) is Reshape(Expand(Unsqueeze(src))) that
+/// repeats each head of src's head dim `headDim` r times in a row
+/// (transformers' repeat_kv); then sets `source` and returns the three ops.
+std::optional<std::vector<OpId>> Fuser::repeatOf(ValueId v, size_t headDim,
+                                                 OpId user,
+                                                 ValueId &source) const {
+  const Op *re = producer(v);
+  if (!re || re->kind != "Reshape" || !free(re->id) || !soleUse(v, user))
+    return std::nullopt;
+  const Op *ex = producer(re->inputs[0]);
+  if (!ex || ex->kind != "Expand" || !free(ex->id) ||
+      !soleUse(re->inputs[0], re->id))
+    return std::nullopt;
+  const Op *un = producer(ex->inputs[0]);
+  if (!un || un->kind != "Unsqueeze" || !free(un->id) ||
+      !soleUse(ex->inputs[0], ex->id) || !isActivation(un->inputs[0]))
+    return std::nullopt;
+  const auto &out = g_.value(v).shape.dims;
+  const auto &rep = g_.value(re->inputs[0]).shape.dims;
+  const auto &one = g_.value(ex->inputs[0]).shape.dims;
+  const auto &src = g_.value(un->inputs[0]).shape.dims;
+  // src [.., G, ..] -> [.., G, 1, ..] -> [.., G, R, ..] -> [.., G*R, ..].
+  size_t h = headDim;
+  if (src.size() != out.size() || rep.size() != out.size() + 1 ||
+      one.size() != rep.size() || h >= src.size())
+    return std::nullopt;
+  for (size_t d = 0, e = 0; d < out.size(); ++d, ++e) {
+    if (d == h) {
+      if (rep[e] != src[d] || one[e] != src[d] || one[e + 1] != 1 ||
+          rep[e + 1] * src[d] != out[d] || rep[e + 1] < 2)
+        return std::nullopt;
+      ++e;
+      continue;
+    }
+    if (rep[e] != out[d] || one[e] != out[d] || src[d] != out[d])
+      return std::nullopt;
+  }
+  source = un->inputs[0];
+  return std::vector<OpId>{re->id, ex->id, un->id};
+}
+
+void Fuser::absorbRepeats(AttentionMatch &m) const {
+  // The heads are the last batch dim; K and V are repeated alike.
+  int64_t headLogical = m.batchDims - 1;
+  if (headLogical < 1)
+    return;
+  auto tensorDim = [](const std::vector<int64_t> &dims, int64_t logical) {
+    return size_t(std::find(dims.begin(), dims.end(), logical) -
+                  dims.begin());
+  };
+  // The readers of K and V: a MatMul or the transpose before it.
+  auto readerOf = [&](ValueId v) {
+    const Value &val = g_.value(v);
+    return val.users.size() == 1 ? val.users[0] : OpId(-1);
+  };
+  ValueId ks = kNoValue, vs = kNoValue;
+  auto kOps = repeatOf(m.k, tensorDim(m.kDims, headLogical), readerOf(m.k), ks);
+  auto vOps = repeatOf(m.v, tensorDim(m.vDims, headLogical), readerOf(m.v), vs);
+  if (!kOps || !vOps || m.k == m.v)
+    return;
+  int64_t heads = g_.value(m.k).shape[tensorDim(m.kDims, headLogical)];
+  int64_t kv = g_.value(ks).shape[tensorDim(m.kDims, headLogical)];
+  if (g_.value(vs).shape[tensorDim(m.vDims, headLogical)] != kv)
+    return;
+  m.k = ks;
+  m.v = vs;
+  m.heads = heads;
+  m.kvHeads = kv;
+  for (OpId o : *kOps)
+    m.members.push_back(o);
+  for (OpId o : *vOps)
+    m.members.push_back(o);
+  std::sort(m.members.begin(), m.members.end());
+}
+
+void Fuser::matchPatterns() {
+  std::vector<bool> taken(g_.numOps(), false);
+  auto add = [&](std::vector<detail::FusedPattern> found) {
+    for (auto &p : found) {
+      for (OpId o : p.members) {
+        taken[size_t(o)] = true;
+        group_[size_t(o)] = kPatternBase + int(patterns_.size());
+      }
+      patterns_.push_back(std::move(p));
+    }
+  };
+  add(detail::matchRmsNorms(g_));
+  add(detail::matchRotaries(g_, taken));
 }
 
 void Fuser::matchAttention() {
@@ -410,6 +525,26 @@ Op Fuser::attentionOp(const AttentionMatch &m, Graph &ng,
   op.attrs["mask_fill"] = m.maskFill;
   op.attrs["dropout_ratio"] = m.dropoutRatio;
   op.attrs["dropout_name"] = m.dropoutName;
+  if (m.kvHeads > 0) {
+    op.attrs["heads"] = m.heads;
+    op.attrs["kv_heads"] = m.kvHeads;
+  }
+  return op;
+}
+
+Op Fuser::patternOp(const detail::FusedPattern &p, Graph &ng,
+                    const std::function<ValueId(ValueId)> &map) const {
+  Op op;
+  op.kind = p.kind;
+  std::string base = p.scope + "/" + p.kind;
+  op.name = base;
+  for (int k = 1; ng.findOp(op.name) >= 0 || g_.findOp(op.name) >= 0; ++k)
+    op.name = base + "_" + std::to_string(k);
+  for (ValueId v : p.inputs)
+    op.inputs.push_back(map(v));
+  for (ValueId v : p.outputs)
+    op.outputs.push_back(map(v));
+  op.attrs = p.attrs;
   return op;
 }
 
@@ -463,6 +598,7 @@ Op Fuser::elementwiseOp(const std::vector<OpId> &members, Graph &ng,
 
 llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
                                                    bool attention) {
+  matchPatterns();
   if (attention)
     matchAttention();
   groupElementwise();
@@ -485,10 +621,10 @@ llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
   for (ValueId v : g_.inputs)
     ng->inputs.push_back(map(v));
   // Each pattern is emitted at its last member.
-  std::vector<OpId> last(attention_.size() + eltGroups_.size(), -1);
+  std::map<int, OpId> last;
   for (size_t o = 0; o < g_.numOps(); ++o)
     if (group_[o] >= 0)
-      last[size_t(group_[o])] = OpId(o);
+      last[group_[o]] = OpId(o);
   for (const Op &op : g_.ops()) {
     int grp = group_[size_t(op.id)];
     if (grp < 0) {
@@ -503,9 +639,11 @@ llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
       ng->addOp(std::move(c));
       continue;
     }
-    if (last[size_t(grp)] != op.id)
+    if (last[grp] != op.id)
       continue;
-    if (size_t(grp) < attention_.size())
+    if (grp >= kPatternBase)
+      ng->addOp(patternOp(patterns_[size_t(grp - kPatternBase)], *ng, map));
+    else if (size_t(grp) < attention_.size())
       ng->addOp(attentionOp(attention_[size_t(grp)], *ng, map));
     else
       ng->addOp(elementwiseOp(eltGroups_[size_t(grp) - attention_.size()],
@@ -525,8 +663,16 @@ llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
     stats->transposes = 0;
     for (const auto &grp : eltGroups_)
       stats->elementwiseOps += int(grp.size());
-    for (const auto &m : attention_)
+    stats->groupedQuery = 0;
+    for (const auto &m : attention_) {
       stats->transposes += m.transposes;
+      stats->groupedQuery += m.kvHeads > 0;
+    }
+    stats->rmsNorm = stats->rotary = 0;
+    for (const auto &p : patterns_) {
+      stats->rmsNorm += p.kind == "RMSNormalization";
+      stats->rotary += p.kind == "RotaryEmbedding";
+    }
     stats->opsBefore = g_.numOps();
     stats->opsAfter = ng->numOps();
   }

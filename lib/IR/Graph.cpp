@@ -116,9 +116,19 @@ llvm::Error Graph::computeSemantics() {
                           where(o.id), v.name, v.shape.str(),
                           TensorShape(m.shape).str());
       v.dimClasses.assign(v.shape.rank(), DimClass::Attribute);
-      for (size_t d = 0; d < m.dims.size(); ++d)
-        if (m.dims[d].terms.size() == 1)
-          v.dimClasses[d] = o.sem.loops[m.dims[d].terms[0].loop].cls;
+      // A dim indexed by several loops of one class (grouped-query heads,
+      // kv head x query head of each) has that class.
+      for (size_t d = 0; d < m.dims.size(); ++d) {
+        const auto &terms = m.dims[d].terms;
+        if (terms.empty())
+          continue;
+        DimClass cls = o.sem.loops[terms[0].loop].cls;
+        bool one = std::all_of(terms.begin(), terms.end(), [&](IndexTerm t) {
+          return o.sem.loops[t.loop].cls == cls;
+        });
+        if (terms.size() == 1 || (one && cls == DimClass::Parameter))
+          v.dimClasses[d] = cls;
+      }
     }
     auto needs = [&](int i) {
       return size_t(i) < o.inputs.size() && o.inputs[size_t(i)] != kNoValue &&

@@ -70,18 +70,30 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
       logical[i][size_t(dims[i][t])] = operand[i]->shape[t];
   }
   size_t s = size_t(nb), f = s + 1;
+  // Grouped-query attention: K and V hold kv heads in the last batch dim,
+  // each read by `rep` query heads in a row.
+  int64_t rep = 1;
+  if (s >= 2 && logical[1][s - 1] != logical[0][s - 1] &&
+      logical[1][s - 1] > 0 && logical[0][s - 1] % logical[1][s - 1] == 0 &&
+      logical[2][s - 1] == logical[1][s - 1])
+    rep = logical[0][s - 1] / logical[1][s - 1];
   for (size_t d = 0; d < s; ++d)
-    for (size_t i = 1; i < 4; ++i)
-      if (logical[i][d] != logical[0][d])
+    for (size_t i = 1; i < 4; ++i) {
+      bool kv = i < 3 && d == s - 1 && rep > 1;
+      if (logical[i][d] * (kv ? rep : 1) != logical[0][d])
         return inputError("the batch dims of Q, K, V and O differ");
+    }
   if (logical[0][f] != logical[1][f] || logical[1][s] != logical[2][s] ||
       logical[0][s] != logical[3][s] || logical[2][f] != logical[3][f])
     return inputError("Q {}, K {}, V {} and O {} do not make attention",
                       in[0]->shape.str(), in[1]->shape.str(),
                       in[2]->shape.str(), (*out)->shape.str());
   // Loops: the batch dims (sample, heads), the query sequence, and the key
-  // sequence and head dims, which the kernel keeps whole.
+  // sequence and head dims, which the kernel keeps whole. With grouped
+  // query heads, "h" runs over the kv heads (what tensor parallelism
+  // splits) and "r" over the query heads of each, kept whole.
   std::vector<int> batch;
+  int repLoop = -1;
   for (size_t d = 0; d < s; ++d) {
     size_t t = size_t(std::find(dims[0].begin(), dims[0].end(), int64_t(d)) -
                       dims[0].begin());
@@ -89,7 +101,11 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
     DimClass cls = b.classOf(in[0], int64_t(t), dflt);
     if (d > 0 && cls == DimClass::Attribute)
       cls = DimClass::Parameter; // heads
-    batch.push_back(b.addLoop(d == 0 ? "n" : "h", cls, logical[0][d]));
+    bool grouped = d == s - 1 && rep > 1;
+    batch.push_back(b.addLoop(d == 0 ? "n" : "h", cls,
+                              grouped ? logical[1][d] : logical[0][d]));
+    if (grouped)
+      repLoop = b.addLoop("r", cls, rep, false);
   }
   int q = b.addLoop("q", DimClass::Attribute, logical[0][s]);
   int k = b.addLoop("k", DimClass::Reduction, logical[1][s], false);
@@ -107,6 +123,11 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
       m.push_back(DimMap::loop(l < s    ? batch[l]
                                : l == s ? seqLoop[i]
                                         : featLoop[i]));
+      // Query head h * rep + r of Q and O.
+      if (repLoop >= 0 && l == s - 1 && (i == 0 || i == 3)) {
+        m.back().terms[0].coeff = rep;
+        m.back().terms.push_back({repLoop, 1});
+      }
     }
     if (i < 3)
       b.setInput(i, m);
@@ -114,6 +135,14 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
       b.setOutput(0, m);
   }
   std::vector<int> scoreLoops = batch;
+  // A mask over query heads would need the (h, r) pair; one that has no
+  // heads dim (a [q, k] causal mask too large to fold) is broadcast.
+  if (repLoop >= 0 && b.numIn() > 3 && b.in(3)) {
+    const std::vector<int64_t> &md = b.in(3)->shape.dims;
+    size_t fromEnd = rank - (s - 1); // the heads dim, counted from the end
+    if (md.size() >= fromEnd && md[md.size() - fromEnd] != 1)
+      return inputError("grouped-query attention with a mask over heads");
+  }
   scoreLoops.push_back(q);
   scoreLoops.push_back(k);
   std::vector<int64_t> scoreShape(logical[0].begin(), logical[0].begin() + s);
@@ -125,6 +154,8 @@ llvm::Expected<OpSemantics> buildFlashAttention(const Op &op, const Graph &g) {
   uint64_t bm = 0;
   for (int l : batch)
     bm |= uint64_t(1) << l;
+  if (repLoop >= 0)
+    bm |= uint64_t(1) << repLoop;
   uint64_t qk = bm | (uint64_t(1) << q) | (uint64_t(1) << k);
   uint64_t withE = qk | (uint64_t(1) << e), withEv = qk | (uint64_t(1) << ev);
   // A causal kernel skips the blocks above the diagonal: half the work.
@@ -276,6 +307,26 @@ llvm::Expected<OpSemantics> buildFusedSoftmax(const Op &op, const Graph &g) {
   return b.finish();
 }
 
+/// Rotary position embedding (Su et al. 2021), non-interleaved: y = x cos
+/// + rotate_half(x) sin over the last axis, cos and sin tables broadcast
+/// over the leading dims. The last axis pairs element i with i + half, so
+/// it is kept whole. Linear in x: backward needs only the tables.
+llvm::Expected<OpSemantics> buildRotaryEmbedding(const Op &op,
+                                                 const Graph &g) {
+  SemBuilder b(op, g);
+  if (b.numIn() != 3 || !b.in(0) || !b.in(1) || !b.in(2))
+    return inputError("RotaryEmbedding takes X, cos and sin");
+  auto loops = broadcastLoops(b, 3);
+  if (!loops)
+    return loops.takeError();
+  if (loops->empty() || !b.out(0) || b.in(0)->shape.dims != b.out(0)->shape.dims)
+    return inputError("RotaryEmbedding's output must be X's shape");
+  b.sem.loops[size_t(loops->back())].splittable = false;
+  b.flops(Pass::Forward, 3, b.allLoops());
+  b.flops(Pass::BackwardData, 3, b.allLoops());
+  return b.finish();
+}
+
 } // namespace
 
 void registerFusedOps(OpRegistry &r) {
@@ -287,6 +338,10 @@ void registerFusedOps(OpRegistry &r) {
          "softmax(scale * Q Kᵀ + mask) V with dropout, as one kernel that "
          "keeps no scores (soapc --kernels fused)",
          buildFlashAttention, {}, false, {}});
+  r.add({"RotaryEmbedding",
+         "x cos + rotate_half(x) sin over the last axis, as one kernel "
+         "(soapc --kernels fused|no-flash)",
+         buildRotaryEmbedding, {}, false, {}});
   r.add({"FusedElementwise",
          "a chain of element-wise ops as one kernel (soapc --kernels fused)",
          buildFusedElementwise, {}, false, {}});

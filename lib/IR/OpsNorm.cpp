@@ -89,9 +89,12 @@ llvm::Expected<OpSemantics> buildLayerNorm(const Op &op, const Graph &g) {
   for (size_t j = 1; j < b.numOut(); ++j)
     if (b.out(j))
       b.setOutput(j, stats);
-  b.flops(Pass::Forward, 8, b.allLoops());
-  b.flops(Pass::BackwardData, 10, b.allLoops());
-  b.flops(Pass::BackwardWeight, 2, b.allLoops());
+  // RMSNorm has no mean to subtract and no bias.
+  bool rms = op.kind == "RMSNormalization";
+  b.flops(Pass::Forward, rms ? 5 : 8, b.allLoops());
+  b.flops(Pass::BackwardData, rms ? 7 : 10, b.allLoops());
+  if (b.numIn() > 1 && b.in(1))
+    b.flops(Pass::BackwardWeight, rms ? 1 : 2, b.allLoops());
   b.saveInput(0);
   return b.finish();
 }
@@ -202,6 +205,10 @@ void registerNormOps(OpRegistry &r) {
          buildBatchNorm, {1, 2}, false, {3, 4}});
   r.add({"LayerNormalization", "layer normalisation over trailing axes",
          buildLayerNorm, {1, 2}, false, {}});
+  r.add({"RMSNormalization",
+         "root-mean-square normalisation over trailing axes (soapc "
+         "--kernels fused|no-flash, from x * rsqrt(mean(x^2) + eps) * w)",
+         buildLayerNorm, {1}, false, {}});
   r.add({"Softmax", "softmax along an axis", buildSoftmax, {}, false, {}});
   r.add({"LogSoftmax", "log-softmax along an axis", buildSoftmax, {}, false,
          {}});

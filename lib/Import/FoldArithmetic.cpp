@@ -251,6 +251,10 @@ unary(const std::string &op, const ConstTensor &a, ConstTensor &out) {
         x = std::floor(x);
       else if (op == "Ceil")
         x = std::ceil(x);
+      else if (op == "Cos") // rotary position tables
+        x = std::cos(x);
+      else if (op == "Sin")
+        x = std::sin(x);
       else
         return FoldStatus::NotFoldable;
     } else {
@@ -302,7 +306,7 @@ llvm::Expected<FoldStatus> foldArithmetic(const onnx::NodeProto &n, Ins ins,
     return FoldStatus::Folded;
   }
   static const std::set<std::string> unaryOps = {
-      "Neg", "Abs", "Sqrt", "Reciprocal", "Floor", "Ceil", "Not"};
+      "Neg", "Abs", "Sqrt", "Reciprocal", "Floor", "Ceil", "Not", "Cos", "Sin"};
   if (unaryOps.count(op))
     return unary(op, a, out);
   if (op == "Where") {

@@ -36,7 +36,8 @@ const std::set<std::string> &foldableOps() {
                                             "Squeeze",     "Reshape",
                                             "Expand",      "Range",
                                             "Trilu",       "Transpose",
-                                            "ScatterND"};
+                                            "ScatterND",   "Cos",
+                                            "Sin"};
   return ops;
 }
 

@@ -352,8 +352,9 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
       int64_t heads = headsOf(op);
       if (heads > 0 && heads % c.tp != 0)
         return inputError("--strategy megatron: tp={} does not divide the "
-                          "{} heads of {}",
-                          c.tp, heads, g.where(op.id));
+                          "{} {}heads of {}",
+                          c.tp, heads, op.hasAttr("kv_heads") ? "kv " : "",
+                          g.where(op.id));
     }
   if (c.sp) {
     std::vector<int> seq = sequenceLoops(g);

@@ -1,7 +1,9 @@
 // Kernel fusion (DESIGN.md, "The execution model"): the imported eager graph
 // rewritten into the kernels production stacks run. Attention (Q·Kᵀ, scale,
-// mask, softmax, dropout, ·V, and the transposes around it) becomes one
-// FlashAttention op; every chain of element-wise ops whose intermediates
+// mask, softmax, dropout, ·V, the transposes around it, and the repeat of
+// K and V to the query heads of grouped-query attention) becomes one
+// FlashAttention op; RMSNorm and rotary embeddings written out as
+// element-wise ops become RMSNormalization and RotaryEmbedding; every chain of element-wise ops whose intermediates
 // nothing else reads (bias + GELU, bias + dropout + residual add) becomes
 // one FusedElementwise op that reads its inputs once and writes its output
 // once. What is computed is unchanged.
@@ -35,6 +37,9 @@ struct FusionStats {
   int elementwise = 0;      ///< FusedElementwise ops made
   int elementwiseOps = 0;   ///< element-wise ops they replaced
   int transposes = 0;       ///< transposes folded into attention's layouts
+  int groupedQuery = 0;     ///< attentions with K/V repeats absorbed (GQA)
+  int rmsNorm = 0;          ///< RMSNorm patterns made RMSNormalization
+  int rotary = 0;           ///< rotary patterns made RotaryEmbedding
   size_t opsBefore = 0, opsAfter = 0;
 };
 

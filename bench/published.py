@@ -20,6 +20,11 @@ published one.
   measured seconds per step (NVIDIA/dgxc-benchmarking,
   nemo_megatron/README_175b.md, NeMo 24.11), on GPT-3 175B with the
   vocabulary Megatron pads to (50,688 at tp 4), written like the SC21 ones.
+* NVIDIA NeMo Llama 3.1 8B and 70B in bf16 on 8 to 2,048 H100: measured
+  seconds per step (NVIDIA/dgxc-benchmarking, llama3.1/README_8b.md and
+  README_70b.md, NeMo 24.09), on the bundled examples/models/llama3_8b.onnx
+  and llama3_70b.onnx (examples/models/decoder.py). Their FLOP/s column is
+  the README's own "model flops" formula.
 
 A configuration soapc cannot express yet (exit 2 naming a key such as vp,
 sp or cp) is printed as such, and the nearest configuration it can express
@@ -74,6 +79,41 @@ SC21_CALIBRATION = {"1.7", "18.4", "145.6"}
 NEMO = [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]
 NEMO_CALIBRATION = {128}
 
+# NeMo 24.09 Llama 3.1, bf16 (dgxc-benchmarking llama3.1/README_8b.md and
+# README_70b.md): (model, layers, hidden, heads, kv-heads, ffn, batch per
+# GPU, strategy, [(GPUs, seconds per step)]). 8B: TP 1, PP 1, CP 2, MBS 1,
+# GBS 128 per node. 70B: TP 4, PP 4, VP 5, CP 2, MBS 1, GBS 16 per node;
+# NeMo's Llama 3.1 70B recipe sets sequence_parallel: true (with tp > 1)
+# and, like the GPT-3 recipe, no activation recomputation; both use the
+# distributed fused Adam. All held out.
+LLAMA_SOURCE = ("NVIDIA/dgxc-benchmarking llama3.1/README_%s.md (NeMo 24.09 "
+                "BF16)")
+LLAMA_VOCAB, LLAMA_SEQ = 128256, 8192
+LLAMA = [
+    ("8b", 32, 4096, 32, 8, 14336, 16,
+     {"tp": 1, "pp": 1, "vp": 1, "cp": 2, "mbs": 1, "sp": 0,
+      "recompute": "none", "distopt": 1},
+     [(8, 12.91), (16, 13.00), (32, 13.05), (64, 13.08), (128, 13.10)]),
+    ("70b", 80, 8192, 64, 8, 28672, 2,
+     {"tp": 4, "pp": 4, "vp": 5, "cp": 2, "mbs": 1, "sp": 1,
+      "recompute": "none", "distopt": 1},
+     [(64, 14.72), (128, 14.73), (256, 14.80), (512, 14.89), (1024, 14.92),
+      (2048, 14.98)]),
+]
+
+
+def llama_model_flops(layers, hidden, heads, kv, ffn, vocab, seq):
+    """The dgxc-benchmarking READMEs' model FLOPs per sequence: seq x
+    (12 l h^2 (1 + kv/heads + seq/h) + 18 l ffn h + 6 V h)."""
+    attention = 12 * layers * hidden * hidden * (1 + kv / heads + seq / hidden)
+    return seq * (attention + 18 * layers * ffn * hidden + 6 * vocab * hidden)
+
+
+def llama_params(name):
+    """The bundled model's parameter count (examples/models/params.json)."""
+    with open(os.path.join(ROOT, "examples", "models", "params.json")) as f:
+        return json.load(f)["llama3_" + name]["pytorch_params"]
+
 # What a key soapc cannot honour yet falls back to for the nearest
 # configuration, and how the "without" line names it.
 FALLBACK = {
@@ -83,6 +123,9 @@ FALLBACK = {
     "distopt": (0, "distopt"),
 }
 KEY_ORDER = ["tp", "pp", "vp", "cp", "mbs", "sp", "recompute", "distopt"]
+# Which named key falls back first when a message names several (sp=1 with
+# cp=2): the one whose plain value changes the run least.
+FALLBACK_ORDER = ["sp", "distopt", "vp", "cp"]
 
 DESCRIPTION = ("Published large-scale GPT training runs (Megatron-LM SC21 "
                "Table 1, NVIDIA NeMo GPT-3 175B) against soapc simulate "
@@ -110,6 +153,12 @@ NOTES = [
     "50,257 to (_vocab_size_with_padding: a multiple of "
     "make_vocab_size_divisible_by 128 x tp 4 = 512, so 50,688), which the "
     "tensor-parallel LM head splits evenly.",
+    "Llama 3.1 rows: NeMo 24.09 BF16 (dgxc-benchmarking llama3.1/README_8b.md, "
+    "README_70b.md): 8B tp=1, pp=1, cp=2, mbs=1, batch 16 x GPUs; 70B tp=4, "
+    "pp=4, vp=5, cp=2, mbs=1, batch 2 x GPUs, sp=1 (NeMo's recipe); "
+    "distopt=1, recompute=none; the bundled llama3_8b/llama3_70b.onnx "
+    "(seq 8,192, vocabulary 128,256, GQA with 8 kv-heads). Their TFLOP/s "
+    "column is the README's model-flops formula.",
     "MFU = 6 N tokens / (time GPUs peak), N = the graph's parameters, peak "
     "= dense fp16/bf16 of lib/Machine/DeviceCatalog.cpp (A100 312, H100 "
     "989.5 TFLOP/s). TFLOP/s = SC21's Eq. 3 F / (time GPUs) with the row's "
@@ -166,6 +215,24 @@ def build_rows():
         r["parameters"] = gpt3.gpt_params(r["vocab"], r["hidden"],
                                           r["layers"], r["seq"])
         r["flops_eq3"] = eq3_flops(r)
+    for (name, layers, hidden, heads, kv, ffn, per_gpu, strategy,
+         runs) in LLAMA:
+        for gpus, step in runs:
+            rows.append({
+                "id": "llama3.1-%s-%d" % (name, gpus),
+                "source": LLAMA_SOURCE % name, "role": "held-out",
+                "model": "llama3_" + name, "generated": False,
+                "layers": layers, "hidden": hidden, "heads": heads,
+                "vocab": LLAMA_VOCAB, "seq": LLAMA_SEQ, "gpus": gpus,
+                "topology": "dgx-h100-%d" % (gpus // 8),
+                "device": "H100-SXM", "batch": per_gpu * gpus,
+                "published_precision": "bf16", "kernels": "fused",
+                "strategy": dict(strategy), "published_s": step,
+                "parameters": llama_params(name),
+                "flops_eq3": per_gpu * gpus * llama_model_flops(
+                    layers, hidden, heads, kv, ffn, LLAMA_VOCAB,
+                    LLAMA_SEQ)})
+    for r in rows:
         derive(r)
         if "published_s" not in r:
             r["published_s"] = r["flops_eq3"] / (
@@ -334,8 +401,9 @@ def simulate(a, r, strategy, models_dir):
 
 def named_key(message, strategy):
     """The strategy key a soapc exit-2 message names, if it is one that
-    has a plain value to fall back to and is not at it already."""
-    for key in KEY_ORDER:
+    has a plain value to fall back to and is not at it already (the first
+    in FALLBACK_ORDER where it names several)."""
+    for key in FALLBACK_ORDER:
         if key in FALLBACK and strategy[key] != FALLBACK[key][0] and \
                 re.search(r"(?<![A-Za-z_])%s(?![A-Za-z_])" % key, message):
             return key

@@ -54,7 +54,7 @@ SYSTEMS = {
         "nic_gbps": 400,
         "nic_name": "NDR",
         "su": 32,
-        "sizes": [16, 32, 64, 256],
+        "sizes": [4, 16, 32, 64, 256],
         "nccl": {
             # Launch, NVSwitch efficiency and step latency fitted to the
             # 8-GPU ring reduce-scatter of NVIDIA/nccl#1047 (311 to 362 GB/s

@@ -203,7 +203,9 @@ public:
           if (perNode % t == 0 && nodes % size_t(stages) == 0 &&
               (layers == 0 || layers % stages == 0) &&
               (!sp || (t > 1 && hasSequence)))
-            shapes.push_back({t, stages, 0, sp});
+            // Without stages from one micro-batch: the plain data (and
+            // tensor) parallelism the baseline generalises.
+            shapes.push_back({t, stages, stages == 1 ? 1 : 0, sp});
     for (const MegatronShape &shape : shapes) {
       if (o.pastDeadline())
         break;

@@ -66,8 +66,8 @@ static llvm::Error checkBundled(const std::string &path, llvm::StringRef flag,
 
 llvm::Expected<Topology> loadTopologyArg(const std::string &given) {
   std::string path = resolveTopologyPath(given);
-  if (auto err = checkBundled(path, "--topology", SOAP_TOPOLOGIES_DIR,
-                              "cluster"))
+  if (auto err =
+          checkBundled(path, "--topology", SOAP_TOPOLOGIES_DIR, "cluster"))
     return llvm::Error(std::move(err));
   return loadTopology(path);
 }
@@ -105,8 +105,7 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
 static llvm::Expected<std::optional<CostDatabase>>
 loadProfile(const DriverOptions &o, llvm::StringRef device) {
   std::string path = resolveProfilePath(o.profilePath);
-  if (auto err = checkBundled(path, "--profile", SOAP_PROFILES_DIR,
-                              "profile"))
+  if (auto err = checkBundled(path, "--profile", SOAP_PROFILES_DIR, "profile"))
     return llvm::Error(std::move(err));
   if (path.empty()) {
     llvm::SmallString<256> p(SOAP_PROFILES_DIR);
@@ -165,8 +164,12 @@ llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
 }
 
 std::string assumptions(const Session &s) {
-  double perDevice = double(s.batch) / double(s.topo->numDevices());
-  return fmt::format("{}, optimizer {}, batch {} ({:.4g} samples per device)",
+  int64_t devices = int64_t(s.topo->numDevices());
+  std::string perDevice =
+      s.batch % devices == 0
+          ? std::to_string(s.batch / devices)
+          : fmt::format("{:.2f}", double(s.batch) / double(devices));
+  return fmt::format("{}, optimizer {}, batch {} ({} samples per device)",
                      precisionName(s.graph->precision()).str(),
                      optimizerName(s.optimizer).str(), s.batch, perDevice);
 }

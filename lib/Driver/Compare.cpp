@@ -155,8 +155,7 @@ static llvm::Error checkPlanDir(const std::string &dir) {
   if (parent.empty())
     parent = ".";
   if (!llvm::sys::fs::is_directory(parent))
-    return inputError("-o {}: no such directory '{}'", dir,
-                      parent.str().str());
+    return inputError("-o {}: no such directory '{}'", dir, parent.str().str());
   if (llvm::sys::fs::access(parent, llvm::sys::fs::AccessMode::Write))
     return inputError("-o {}: the directory '{}' is not writable", dir,
                       parent.str().str());
@@ -287,12 +286,11 @@ llvm::Error runCompare(const DriverOptions &d) {
         firstError = out.takeError();
       continue;
     }
-    std::string layout =
-        out->infeasible.empty()
-            ? describeLayout(*s.graph, out->result.strategy,
-                             s.topo->numDevices(), s.batch)
-                  .text
-            : std::string();
+    std::string layout = out->infeasible.empty()
+                             ? describeLayout(*s.graph, out->result.strategy,
+                                              s.topo->numDevices(), s.batch)
+                                   .text
+                             : std::string();
     if (format == OutputFormat::Json) {
       llvm::outs() << rowJson(*out, layout).dump() << "\n";
       llvm::outs().flush();
@@ -311,10 +309,10 @@ llvm::Error runCompare(const DriverOptions &d) {
       }
       llvm::SmallString<256> path(d.outputPath);
       llvm::sys::path::append(path, out->searcher + ".json");
-      if (auto err = writeSearchPlan(s, out->result.strategy, out->metrics,
-                                     out->dataParallelTime, out->searcher,
-                                     o->seed, std::string(path), &*out,
-                                     &llvm::errs())) {
+      if (auto err =
+              writeSearchPlan(s, out->result.strategy, out->metrics,
+                              out->dataParallelTime, out->searcher, o->seed,
+                              std::string(path), &*out, &llvm::errs())) {
         if (!firstError)
           firstError = std::move(err);
         else

@@ -200,6 +200,11 @@ llvm::Error runFrontier(const DriverOptions &d) {
     }
   }
   FtFrontierReport &rep = reports[chosenReport];
+  // A point that does not exist is refused before anything is printed.
+  if (d.ftPoint >= 0 && size_t(d.ftPoint) >= rep.points.size())
+    return inputError("--point {}: the frontier has {} points (0 to {})",
+                      d.ftPoint, rep.points.size(),
+                      int64_t(rep.points.size()) - 1);
   if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime)
     printFrontier(rep, *dp, chosen);
   // Interrupted while the points were simulated: the frontier is whole,
@@ -225,12 +230,8 @@ llvm::Error runFrontier(const DriverOptions &d) {
     if (auto err = writeFileAtomic(
             d.ftSvgPath, frontierSvg(rep, *s.graph, dpTime, dp->peakMemory)))
       return err;
-  if (d.ftPoint >= 0) {
-    if (size_t(d.ftPoint) >= rep.points.size())
-      return inputError("--point {}: the frontier has {} points (0 to {})",
-                        d.ftPoint, rep.points.size(), rep.points.size() - 1);
+  if (d.ftPoint >= 0)
     chosen = d.ftPoint;
-  }
   if (chosen < 0) {
     if (*mode == FtMode::Frontier && d.outputPath.empty())
       return llvm::Error::success();
@@ -270,8 +271,10 @@ llvm::Error runFrontier(const DriverOptions &d) {
   auto m = strategyMetrics(prob, pt.strategy);
   if (!m)
     return m.takeError();
+  SearchOutcome how;
+  how.interrupted = interrupted;
   return writeSearchPlan(s, pt.strategy, *m, dpTime, "ft", d.seed, d.outputPath,
-                         interrupted);
+                         &how);
 }
 
 } // namespace soap

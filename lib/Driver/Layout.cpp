@@ -137,10 +137,9 @@ Layout describeLayout(const Graph &g, const Strategy &s, size_t numDevices,
     std::vector<std::pair<size_t, std::string>> byCount;
     for (const auto &[words, n] : count)
       byCount.emplace_back(n, words);
-    std::stable_sort(byCount.begin(), byCount.end(),
-                     [](const auto &a, const auto &b) {
-                       return a.first > b.first;
-                     });
+    std::stable_sort(
+        byCount.begin(), byCount.end(),
+        [](const auto &a, const auto &b) { return a.first > b.first; });
     std::string per = "per-op: ";
     for (size_t i = 0; i < byCount.size() && i < 3; ++i)
       per += fmt::format("{}{} op{} {}", i ? ", " : "", byCount[i].first,
@@ -149,8 +148,8 @@ Layout describeLayout(const Graph &g, const Strategy &s, size_t numDevices,
       per += ", …";
     parts.push_back(per);
     if (groups > 1)
-      parts.push_back(fmt::format("{} pipeline stages ({})", groups,
-                                  scheduleWords(pipe)));
+      parts.push_back(
+          fmt::format("{} pipeline stages ({})", groups, scheduleWords(pipe)));
   }
   if (m > 1 && (groups == 1 || d == 0))
     parts.push_back(fmt::format("{} micro-batches", m));
@@ -170,10 +169,10 @@ Layout describeLayout(const Graph &g, const Strategy &s, size_t numDevices,
     saving += savesActivations(op.sem);
   }
   if (recomputed > 0)
-    parts.push_back(recomputed * 10 >= saving * 9
-                        ? std::string("full recomputation")
-                        : fmt::format("selective recomputation ({} ops)",
-                                      recomputed));
+    parts.push_back(
+        recomputed * 10 >= saving * 9
+            ? std::string("full recomputation")
+            : fmt::format("selective recomputation ({} ops)", recomputed));
   for (const std::string &p : parts)
     l.text += (l.text.empty() ? "" : ", ") + p;
 
@@ -187,11 +186,10 @@ Layout describeLayout(const Graph &g, const Strategy &s, size_t numDevices,
       l.idle.push_back(DeviceId(x));
   if (!l.idle.empty() && d > 0 && t == 1 && groups == 1 &&
       batch % int64_t(numDevices) != 0)
-    l.idleWhy = fmt::format(
-        "the batch of {} samples does not split evenly over {} devices, and "
-        "{} is the largest split of it that fits (give a --batch that {} "
-        "divides)",
-        batch, numDevices, d, numDevices);
+    l.idleWhy = fmt::format("data parallelism splits the batch of {} "
+                            "samples {} ways, the most up to {} that divide "
+                            "it (a --batch that {} divides uses every device)",
+                            batch, d, numDevices, numDevices);
   else if (!l.idle.empty())
     l.idleWhy = "the plan places no op on them";
   return l;

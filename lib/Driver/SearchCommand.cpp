@@ -68,8 +68,8 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
       "speedup over data parallel: {}\n"
       "peak memory: {} of {} per device\n"
       "bytes moved: transfers {}, all-reduces {}\n",
-      out->searcher, how, layout.text, assumptions(s), m.iterationTime * 1e3, s.batch / m.iterationTime,
-      s.batch,
+      out->searcher, how, layout.text, assumptions(s), m.iterationTime * 1e3,
+      s.batch / m.iterationTime, s.batch,
       out->speedup() > 0 ? fmt::format("{:.2f}x", out->speedup())
                          : std::string("n/a (data parallel does not fit)"),
       formatBytes(m.peakMemory), formatBytes(m.capacity),

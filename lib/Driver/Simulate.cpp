@@ -49,8 +49,8 @@ llvm::Error runSimulate(const DriverOptions &o) {
     if (auto err =
             writeFileAtomic(o.tracePath, sim.chromeTrace().dump() + "\n"))
       return err;
-  Layout layout = describeLayout(*s->graph, strategy, s->topo->numDevices(),
-                                 s->batch);
+  Layout layout =
+      describeLayout(*s->graph, strategy, s->topo->numDevices(), s->batch);
   Json report = simReport(sim, m, o.strategy, s->batch);
   report["layout"] = layout.text;
   if (o.format == OutputFormat::Json) {

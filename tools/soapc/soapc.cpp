@@ -401,8 +401,8 @@ static int dispatch(const DriverOptions &o);
 
 /// The subcommands by name.
 static std::vector<cl::SubCommand *> subcommands() {
-  return {&dumpCmd,    &topoCmd,     &costCmd,   &simulateCmd, &checkCmd,
-          &compareCmd, &explainCmd,  &diffCmd,   &frontierCmd};
+  return {&dumpCmd,    &topoCmd,    &costCmd, &simulateCmd, &checkCmd,
+          &compareCmd, &explainCmd, &diffCmd, &frontierCmd};
 }
 
 /// What LLVM's parser does not say well, said before it runs: `soapc help
@@ -425,8 +425,7 @@ static std::optional<int> preParse(std::vector<const char *> &args) {
     if (named) {
       sub = named;
     } else if (!first.empty() && !llvm::sys::fs::exists(first) &&
-               !first.contains('.') &&
-               !first.contains('/')) {
+               !first.contains('.') && !first.contains('/')) {
       // Not a model file: the nearest subcommand, when it is near.
       cl::SubCommand *near = nullptr;
       unsigned best = 3;

@@ -280,13 +280,6 @@ llvm::Error runExplain(const DriverOptions &o) {
     return err;
   if (auto err = checkOutputPath("--svg", o.svgPath))
     return err;
-  std::string dotProgram;
-  if (!o.svgPath.empty()) {
-    auto p = findGraphviz();
-    if (!p)
-      return p.takeError();
-    dotProgram = *p;
-  }
   auto ps = openPlan(o, o.planPath);
   if (!ps)
     return ps.takeError();
@@ -317,7 +310,8 @@ llvm::Error runExplain(const DriverOptions &o) {
       if (auto err = writeFileAtomic(o.dotPath, dot))
         return err;
     if (!o.svgPath.empty())
-      if (auto err = renderSvg(dotProgram, dot, o.svgPath))
+      if (auto err = writeFileAtomic(
+              o.svgPath, planGraphSvg(*s.graph, ps->strategy, j)))
         return err;
   }
   if (o.format == OutputFormat::Json)

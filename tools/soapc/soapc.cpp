@@ -319,8 +319,8 @@ static cl::opt<std::string>
            cl::value_desc("plan.dot"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<std::string>
     svgOpt("svg",
-           cl::desc("Render the plan graph as SVG here (needs "
-                    "Graphviz's dot)"),
+           cl::desc("Draw the plan graph as SVG here (no Graphviz "
+                    "needed)"),
            cl::value_desc("plan.svg"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<unsigned> topOpt("top",
                                 cl::desc("Ops listed, by time on the "

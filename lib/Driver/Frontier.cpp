@@ -36,9 +36,10 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
       r.stats.nodeEliminations, r.stats.edgeEliminations,
       r.stats.branchEliminations, r.stats.heuristicEliminations,
       r.stats.backbone, r.stats.totalConfigs, r.seconds);
-  llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
-                              "{:>6} {:>5} {:>11} {:>12} {:>4}\n",
-                              "point", "memory(FT)", "time(FT)", "compute",
+  llvm::outs() << fmt::format("{:>5} {:>12} {:>12} {:>11} {:>11} {:>11} "
+                              "{:>6} {:>6} {:>5} {:>11} {:>12} {:>4}\n",
+                              "point", "memory(FT)", "peak(FT)", "time(FT)",
+                              "compute",
                               "network", "reuse", "recomp", "zero", "time(sim)",
                               "memory(sim)", "fits");
   for (size_t i = 0; i < r.points.size(); ++i) {
@@ -47,9 +48,10 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
     for (uint8_t x : p.point.assignment.reuse)
       reused += x != 0;
     llvm::outs() << fmt::format(
-        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} {:>5} "
-        "{:>11} {:>12} {:>4}{}\n",
-        i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
+        "{:>5} {:>12} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} "
+        "{:>5} {:>11} {:>12} {:>4}{}\n",
+        i, formatBytes(p.point.costs.memory),
+        formatBytes(p.point.costs.peakMemory()), p.point.costs.time * 1e3,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
         recomputedOps(p.strategy), zeroOps(p.strategy),
         p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",

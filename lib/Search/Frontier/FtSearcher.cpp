@@ -235,6 +235,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
     const FtScored &s = r.points[i];
     pts.push_back({{"index", i},
                    {"memory_bytes", s.point.costs.memory},
+                   {"peak_memory_bytes", s.point.costs.peakMemory()},
                    {"time_s", s.point.costs.time},
                    {"compute_s", s.point.costs.compute},
                    {"network_s", s.point.costs.network},

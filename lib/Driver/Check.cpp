@@ -6,8 +6,10 @@
 
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Format.h"
 #include "soap/Support/Interrupt.h"
 #include "soap/Support/Sha256.h"
+#include "llvm/Support/FileSystem.h"
 #include <cmath>
 
 namespace soap {
@@ -24,12 +26,17 @@ static llvm::Expected<double> parseTolerance(const std::string &text) {
   return percent ? t / 100 : t;
 }
 
-llvm::Error runCheck(const DriverOptions &given) {
-  auto plan = readPlan(given.planPath);
+/// Whether two paths name one file (the same string, or the same inode).
+static bool sameFile(const std::string &a, const std::string &b) {
+  return a == b || llvm::sys::fs::equivalent(a, b);
+}
+
+llvm::Error runCheck(const DriverOptions &g) {
+  auto plan = readPlan(g.planPath);
   if (!plan)
     return plan.takeError();
   // The plan's recorded inputs unless given again.
-  DriverOptions o = given;
+  DriverOptions o = g;
   adoptPlanInputs(o, *plan, /*paths=*/true);
   auto digests = inputDigests(o);
   if (!digests)
@@ -48,9 +55,20 @@ llvm::Error runCheck(const DriverOptions &given) {
   } else {
     llvm::consumeError(strategy.takeError());
   }
+  // A file given in place of the plan's own is named as given, not as a
+  // change to the plan's file.
+  CheckGiven given;
+  if (!g.modelPath.empty() && !sameFile(g.modelPath, plan->inputs.modelPath))
+    given.modelPath = g.modelPath;
+  if (!g.topologyPath.empty() &&
+      !sameFile(resolveTopologyPath(g.topologyPath),
+                resolveTopologyPath(plan->inputs.topologyPath)))
+    given.topologyPath = g.topologyPath;
+  given.batch = g.batch.has_value();
   std::vector<CheckFinding> findings =
       checkPlan(*plan, digests->model, digests->topology, s.batch, *s.graph,
-                *s.topo, metrics ? &*metrics : nullptr);
+                *s.topo, metrics ? &*metrics : nullptr, given);
+  std::string researched;
   if (findings.empty() && o.research) {
     auto t = parseTolerance(o.tolerance);
     if (!t)
@@ -70,13 +88,23 @@ llvm::Error runCheck(const DriverOptions &given) {
       return again.takeError();
     double planned = metrics->iterationTime;
     double found = again->metrics.iterationTime;
+    std::string ran = fmt::format("{}, {} proposals", plan->inputs.searcher,
+                                  withCommas(int64_t(again->result.proposals)));
+    if (found < planned)
+      researched = fmt::format("; --research: a plan {:.1f}% faster exists "
+                               "({}), within the tolerance of {}",
+                               100 * (1 - found / planned), ran, o.tolerance);
+    else
+      researched = fmt::format("; --research: no faster plan found ({}; its "
+                               "best is {:.1f}% slower)",
+                               ran, 100 * (found / planned - 1));
     if (found < planned * (1 - *t))
       findings.push_back({fmt::format(
-          "a better plan exists: {} finds {:.3f} ms{}, the plan predicts "
-          "{:.3f} ms ({:.1f}% faster, tolerance {})",
-          plan->inputs.searcher, found * 1e3,
+          "a plan {:.1f}% faster exists ({}): {:.3f} ms{}, the plan "
+          "predicts {:.3f} ms (tolerance {})",
+          100 * (1 - found / planned), ran, found * 1e3,
           again->interrupted ? " before it was interrupted" : "", planned * 1e3,
-          100 * (1 - found / planned), o.tolerance)});
+          o.tolerance)});
     else if (again->interrupted)
       // Not fresh, not stale: what a whole search would find is unknown.
       return makeError(ExitCode::Interrupted,
@@ -87,7 +115,7 @@ llvm::Error runCheck(const DriverOptions &given) {
   }
   if (findings.empty()) {
     llvm::outs() << o.planPath << ": fresh: the plan fits " << o.modelPath
-                 << " and " << o.topologyPath << "\n";
+                 << " and " << o.topologyPath << researched << "\n";
     return llvm::Error::success();
   }
   std::string msg = fmt::format("{}: the plan is stale:", o.planPath);

@@ -4,6 +4,7 @@
 // within --timeout. Ctrl-C ends the running searchers as --timeout would
 // and skips the rest: the table is finished with what there is.
 #include "soap/Driver/Commands.h"
+#include "soap/Driver/Layout.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/Session.h"
 
@@ -11,6 +12,8 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
 #include "soap/Support/Interrupt.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 
 #include <atomic>
 #include <chrono>
@@ -35,12 +38,14 @@ static std::string timeoutNote(const SearchOutcome &o) {
              : "";
 }
 
-static Json rowJson(const SearchOutcome &o) {
+static Json rowJson(const SearchOutcome &o, const std::string &layout) {
   if (!o.infeasible.empty())
     return {{"searcher", o.searcher}, {"infeasible", o.infeasible}};
+  double sp = o.speedup();
   Json j = {{"searcher", o.searcher},
+            {"layout", layout},
             {"iteration_s", o.metrics.iterationTime},
-            {"speedup_over_data", o.speedup()},
+            {"speedup_over_data", sp > 0 ? Json(sp) : Json(nullptr)},
             {"peak_memory_bytes", o.metrics.peakMemory},
             {"transfer_bytes", o.metrics.transferBytes},
             {"collective_bytes", o.metrics.collectiveBytes},
@@ -54,7 +59,8 @@ static Json rowJson(const SearchOutcome &o) {
   return j;
 }
 
-static std::vector<std::string> rowCells(const SearchOutcome &o, bool csv) {
+static std::vector<std::string> rowCells(const SearchOutcome &o, bool csv,
+                                         const std::string &layout) {
   if (!o.infeasible.empty())
     return {o.searcher, "does not fit"};
   double sp = o.speedup();
@@ -67,7 +73,16 @@ static std::vector<std::string> rowCells(const SearchOutcome &o, bool csv) {
           csv ? std::to_string(o.result.proposals)
               : withCommas(int64_t(o.result.proposals)),
           fmt::format("{:.2f}", o.searchSeconds),
-          timeoutNote(o)};
+          timeoutNote(o),
+          layout};
+}
+
+/// Makes -o's directory when it does not exist yet.
+static llvm::Error planDir(const std::string &dir) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
+    return inputError("-o {}: cannot make the directory: {}", dir,
+                      ec.message());
+  return llvm::Error::success();
 }
 
 /// The row of a searcher that Ctrl-C kept from starting.
@@ -76,9 +91,10 @@ static Json notRunJson(const std::string &searcher) {
 }
 static std::vector<std::string> notRunCells(const std::string &searcher,
                                             bool csv) {
-  std::vector<std::string> cells(9, csv ? "" : "-");
+  std::vector<std::string> cells(10, csv ? "" : "-");
   cells.front() = searcher;
-  cells.back() = "not run: interrupted";
+  cells[8] = "not run: interrupted";
+  cells[9] = "";
   return cells;
 }
 
@@ -117,10 +133,41 @@ struct CompareState {
   std::vector<std::string> status;
 };
 
+/// -o DIR: an existing writable folder, or one whose parent is (made when
+/// the first plan is written); refused before any search runs.
+static llvm::Error checkPlanDir(const std::string &dir) {
+  if (dir.empty())
+    return llvm::Error::success();
+  if (dir == "-")
+    return inputError("-o -: compare writes one plan per searcher; give a "
+                      "directory");
+  if (llvm::sys::fs::exists(dir)) {
+    if (!llvm::sys::fs::is_directory(dir))
+      return inputError("-o {}: not a directory (compare writes one plan per "
+                        "searcher there, as DIR/<searcher>.json)",
+                        dir);
+    if (llvm::sys::fs::access(dir, llvm::sys::fs::AccessMode::Write))
+      return inputError("-o {}: the directory is not writable", dir);
+    return llvm::Error::success();
+  }
+  llvm::SmallString<256> parent(dir);
+  llvm::sys::path::remove_filename(parent);
+  if (parent.empty())
+    parent = ".";
+  if (!llvm::sys::fs::is_directory(parent))
+    return inputError("-o {}: no such directory '{}'", dir, parent.str().str());
+  if (llvm::sys::fs::access(parent, llvm::sys::fs::AccessMode::Write))
+    return inputError("-o {}: the directory '{}' is not writable", dir,
+                      parent.str().str());
+  return llvm::Error::success();
+}
+
 llvm::Error runCompare(const DriverOptions &d) {
   auto names = searcherNames(d.search);
   if (!names)
     return names.takeError();
+  if (auto err = checkPlanDir(d.outputPath))
+    return err;
   auto o = searchOptions(d, /*progress=*/false);
   if (!o)
     return o.takeError();
@@ -149,7 +196,8 @@ llvm::Error runCompare(const DriverOptions &d) {
                         {"all-reduces", 10, true},
                         {"proposals", 9, true},
                         {"search s", 8, true},
-                        {"note", 0, false}},
+                        {"note", 0, false},
+                        {"layout", 0, false}},
                        format == OutputFormat::Csv);
   progress.clear();
   if (format != OutputFormat::Json)
@@ -238,11 +286,38 @@ llvm::Error runCompare(const DriverOptions &d) {
         firstError = out.takeError();
       continue;
     }
+    std::string layout = out->infeasible.empty()
+                             ? describeLayout(*s.graph, out->result.strategy,
+                                              s.topo->numDevices(), s.batch)
+                                   .text
+                             : std::string();
     if (format == OutputFormat::Json) {
-      llvm::outs() << rowJson(*out).dump() << "\n";
+      llvm::outs() << rowJson(*out, layout).dump() << "\n";
       llvm::outs().flush();
     } else {
-      table.row(rowCells(*out, format == OutputFormat::Csv));
+      table.row(rowCells(*out, format == OutputFormat::Csv, layout));
+    }
+    // -o DIR: each searcher's plan as DIR/<searcher>.json, its path on
+    // stderr (stdout is the table).
+    if (!d.outputPath.empty() && out->infeasible.empty()) {
+      if (auto err = planDir(d.outputPath)) {
+        if (!firstError)
+          firstError = std::move(err);
+        else
+          llvm::consumeError(std::move(err));
+        continue;
+      }
+      llvm::SmallString<256> path(d.outputPath);
+      llvm::sys::path::append(path, out->searcher + ".json");
+      if (auto err =
+              writeSearchPlan(s, out->result.strategy, out->metrics,
+                              out->dataParallelTime, out->searcher, o->seed,
+                              std::string(path), &*out, &llvm::errs())) {
+        if (!firstError)
+          firstError = std::move(err);
+        else
+          llvm::consumeError(std::move(err));
+      }
     }
   }
   for (std::thread &t : threads)

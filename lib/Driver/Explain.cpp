@@ -4,6 +4,7 @@
 // draw the plan graph.
 #include "soap/Driver/Explain.h"
 #include "soap/Driver/Commands.h"
+#include "soap/Driver/Layout.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/PlanGraph.h"
 #include "soap/Driver/Session.h"
@@ -201,6 +202,10 @@ void printExplain(const Json &j, size_t top, llvm::raw_ostream &os) {
       j["plan"].get<std::string>(), j["searcher"].get<std::string>(),
       j["model"].get<std::string>(), j["topology"].get<std::string>(),
       j["devices"].get<int64_t>(), j["batch"].get<int64_t>());
+  if (j.contains("layout"))
+    os << "layout: " << j["layout"].get<std::string>() << "\n";
+  if (j.contains("assumed"))
+    os << "assumed: " << j["assumed"].get<std::string>() << "\n";
   os << fmt::format("predicted iteration time: {} ms; peak memory {} of {} "
                     "(device {}){}\n",
                     ms(it), formatBytes(j["peak_memory_bytes"].get<double>()),
@@ -275,13 +280,6 @@ llvm::Error runExplain(const DriverOptions &o) {
     return err;
   if (auto err = checkOutputPath("--svg", o.svgPath))
     return err;
-  std::string dotProgram;
-  if (!o.svgPath.empty()) {
-    auto p = findGraphviz();
-    if (!p)
-      return p.takeError();
-    dotProgram = *p;
-  }
   auto ps = openPlan(o, o.planPath);
   if (!ps)
     return ps.takeError();
@@ -302,13 +300,18 @@ llvm::Error runExplain(const DriverOptions &o) {
   j["topology"] = s.topo->name();
   j["devices"] = s.topo->numDevices();
   j["batch"] = s.batch;
+  Layout layout = describeLayout(*s.graph, ps->strategy, s.topo->numDevices(),
+                                 s.batch);
+  j["layout"] = layout.text;
+  j["assumed"] = assumptions(s);
   if (!o.dotPath.empty() || !o.svgPath.empty()) {
     std::string dot = planGraphDot(*s.graph, ps->strategy, j);
     if (!o.dotPath.empty())
       if (auto err = writeFileAtomic(o.dotPath, dot))
         return err;
     if (!o.svgPath.empty())
-      if (auto err = renderSvg(dotProgram, dot, o.svgPath))
+      if (auto err = writeFileAtomic(
+              o.svgPath, planGraphSvg(*s.graph, ps->strategy, j)))
         return err;
   }
   if (o.format == OutputFormat::Json)

@@ -36,9 +36,10 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
       r.stats.nodeEliminations, r.stats.edgeEliminations,
       r.stats.branchEliminations, r.stats.heuristicEliminations,
       r.stats.backbone, r.stats.totalConfigs, r.seconds);
-  llvm::outs() << fmt::format("{:>5} {:>12} {:>11} {:>11} {:>11} {:>6} "
-                              "{:>6} {:>5} {:>11} {:>12} {:>4}\n",
-                              "point", "memory(FT)", "time(FT)", "compute",
+  llvm::outs() << fmt::format("{:>5} {:>12} {:>12} {:>11} {:>11} {:>11} "
+                              "{:>6} {:>6} {:>5} {:>11} {:>12} {:>4}\n",
+                              "point", "memory(FT)", "peak(FT)", "time(FT)",
+                              "compute",
                               "network", "reuse", "recomp", "zero", "time(sim)",
                               "memory(sim)", "fits");
   for (size_t i = 0; i < r.points.size(); ++i) {
@@ -47,9 +48,10 @@ static void printFrontier(const FtFrontierReport &r, const SimMetrics &dp,
     for (uint8_t x : p.point.assignment.reuse)
       reused += x != 0;
     llvm::outs() << fmt::format(
-        "{:>5} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} {:>5} "
-        "{:>11} {:>12} {:>4}{}\n",
-        i, formatBytes(p.point.costs.memory), p.point.costs.time * 1e3,
+        "{:>5} {:>12} {:>12} {:>8.3f} ms {:>8.3f} ms {:>8.3f} ms {:>6} {:>6} "
+        "{:>5} {:>11} {:>12} {:>4}{}\n",
+        i, formatBytes(p.point.costs.memory),
+        formatBytes(p.point.costs.peakMemory()), p.point.costs.time * 1e3,
         p.point.costs.compute * 1e3, p.point.costs.network * 1e3, reused,
         recomputedOps(p.strategy), zeroOps(p.strategy),
         p.simulated ? fmt::format("{:.3f} ms", p.simTime * 1e3) : "-",
@@ -200,6 +202,11 @@ llvm::Error runFrontier(const DriverOptions &d) {
     }
   }
   FtFrontierReport &rep = reports[chosenReport];
+  // A point that does not exist is refused before anything is printed.
+  if (d.ftPoint >= 0 && size_t(d.ftPoint) >= rep.points.size())
+    return inputError("--point {}: the frontier has {} points (0 to {})",
+                      d.ftPoint, rep.points.size(),
+                      int64_t(rep.points.size()) - 1);
   if (*mode == FtMode::Frontier || *mode == FtMode::MiniTime)
     printFrontier(rep, *dp, chosen);
   // Interrupted while the points were simulated: the frontier is whole,
@@ -225,12 +232,8 @@ llvm::Error runFrontier(const DriverOptions &d) {
     if (auto err = writeFileAtomic(
             d.ftSvgPath, frontierSvg(rep, *s.graph, dpTime, dp->peakMemory)))
       return err;
-  if (d.ftPoint >= 0) {
-    if (size_t(d.ftPoint) >= rep.points.size())
-      return inputError("--point {}: the frontier has {} points (0 to {})",
-                        d.ftPoint, rep.points.size(), rep.points.size() - 1);
+  if (d.ftPoint >= 0)
     chosen = d.ftPoint;
-  }
   if (chosen < 0) {
     if (*mode == FtMode::Frontier && d.outputPath.empty())
       return llvm::Error::success();
@@ -270,8 +273,10 @@ llvm::Error runFrontier(const DriverOptions &d) {
   auto m = strategyMetrics(prob, pt.strategy);
   if (!m)
     return m.takeError();
+  SearchOutcome how;
+  how.interrupted = interrupted;
   return writeSearchPlan(s, pt.strategy, *m, dpTime, "ft", d.seed, d.outputPath,
-                         interrupted);
+                         &how);
 }
 
 } // namespace soap

@@ -1,6 +1,7 @@
 // soapc model.onnx --topology T --search S [-o plan.json]: one search, its
 // summary, and the plan.
 #include "soap/Driver/Commands.h"
+#include "soap/Driver/Layout.h"
 #include "soap/Driver/Session.h"
 
 #include "soap/Search/Driver.h"
@@ -57,22 +58,27 @@ llvm::Error runSearchCommand(const DriverOptions &d) {
   // With the plan on stdout (-o -), everything else goes to stderr, so
   // that stdout is the plan's JSON alone.
   llvm::raw_ostream &os = d.outputPath == "-" ? llvm::errs() : llvm::outs();
+  Layout layout = describeLayout(*s.graph, out->result.strategy,
+                                 s.topo->numDevices(), s.batch);
   os << fmt::format(
       "searcher: {} ({})\n"
+      "layout: {}\n"
+      "assumed: {}\n"
       "predicted iteration time: {:.3f} ms ({:.1f} samples/s at batch {})\n"
       "speedup over data parallel: {}\n"
       "peak memory: {} of {} per device\n"
       "bytes moved: transfers {}, all-reduces {}\n",
-      out->searcher, how, m.iterationTime * 1e3, s.batch / m.iterationTime,
-      s.batch,
+      out->searcher, how, layout.text, assumptions(s), m.iterationTime * 1e3,
+      s.batch / m.iterationTime, s.batch,
       out->speedup() > 0 ? fmt::format("{:.2f}x", out->speedup())
                          : std::string("n/a (data parallel does not fit)"),
       formatBytes(m.peakMemory), formatBytes(m.capacity),
       formatBytes(m.transferBytes), formatBytes(m.collectiveBytes));
+  os.flush();
+  warnIdle(s, layout);
   if (!d.outputPath.empty())
     return writeSearchPlan(s, out->result.strategy, m, out->dataParallelTime,
-                           out->searcher, o->seed, d.outputPath,
-                           out->interrupted);
+                           out->searcher, o->seed, d.outputPath, &*out);
   return llvm::Error::success();
 }
 

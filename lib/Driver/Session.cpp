@@ -2,6 +2,7 @@
 // plans read and written with the inputs they record.
 #include "soap/Driver/Session.h"
 
+#include "soap/Driver/Layout.h"
 #include "soap/Import/OnnxImporter.h"
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Support/Cores.h"
@@ -10,9 +11,66 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
+#include <algorithm>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace soap {
+
+/// `given`, or `dir`/`given`.json when `given` names no file but a bundled
+/// one (a bare name, no folder or suffix).
+static std::string resolveBundled(const std::string &given, const char *dir) {
+  if (given.empty() || given == "-" || llvm::sys::fs::exists(given) ||
+      given.find('/') != std::string::npos ||
+      llvm::StringRef(given).endswith(".json"))
+    return given;
+  llvm::SmallString<256> p(dir);
+  llvm::sys::path::append(p, given + ".json");
+  return llvm::sys::fs::exists(p) ? std::string(p) : given;
+}
+
+/// The bundled names in `dir` (its *.json files), for an error message.
+static std::string bundledNames(const char *dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec))
+    if (llvm::StringRef(it->path()).endswith(".json"))
+      names.push_back(llvm::sys::path::stem(it->path()).str());
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string &n : names)
+    out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string resolveTopologyPath(const std::string &given) {
+  return resolveBundled(given, SOAP_TOPOLOGIES_DIR);
+}
+
+std::string resolveProfilePath(const std::string &given) {
+  return resolveBundled(given, SOAP_PROFILES_DIR);
+}
+
+/// A path that is neither a file nor a bundled name: say which names are.
+static llvm::Error checkBundled(const std::string &path, llvm::StringRef flag,
+                                const char *dir, llvm::StringRef what) {
+  if (path.empty() || llvm::sys::fs::exists(path) ||
+      path.find('/') != std::string::npos ||
+      llvm::StringRef(path).endswith(".json"))
+    return llvm::Error::success();
+  return inputError("{} {}: no such file, nor a bundled {} of that name (the "
+                    "bundled ones: {})",
+                    flag.str(), path, what.str(), bundledNames(dir));
+}
+
+llvm::Expected<Topology> loadTopologyArg(const std::string &given) {
+  std::string path = resolveTopologyPath(given);
+  if (auto err =
+          checkBundled(path, "--topology", SOAP_TOPOLOGIES_DIR, "cluster"))
+    return llvm::Error(std::move(err));
+  return loadTopology(path);
+}
 
 int64_t effectiveBatch(const DriverOptions &o, int64_t devices) {
   return o.batch && *o.batch > 0 ? *o.batch : kSamplesPerDevice * devices;
@@ -46,7 +104,9 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
 /// profiles/<device>.json when it exists.
 static llvm::Expected<std::optional<CostDatabase>>
 loadProfile(const DriverOptions &o, llvm::StringRef device) {
-  std::string path = o.profilePath;
+  std::string path = resolveProfilePath(o.profilePath);
+  if (auto err = checkBundled(path, "--profile", SOAP_PROFILES_DIR, "profile"))
+    return llvm::Error(std::move(err));
   if (path.empty()) {
     llvm::SmallString<256> p(SOAP_PROFILES_DIR);
     llvm::sys::path::append(p, llvm::StringRef(device).lower() + ".json");
@@ -78,7 +138,7 @@ llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
   if (!opt)
     return inputError("--optimizer must be sgd, momentum or adam, got '{}'",
                       optimizer);
-  auto topo = loadTopology(o.topologyPath);
+  auto topo = loadTopologyArg(o.topologyPath);
   if (!topo)
     return topo.takeError();
   auto s = std::make_unique<Session>();
@@ -101,6 +161,23 @@ llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
   s->collectives = std::make_unique<CollectiveModel>(
       *s->topo, s->db ? &s->db->collectives : nullptr);
   return s;
+}
+
+std::string assumptions(const Session &s) {
+  int64_t devices = int64_t(s.topo->numDevices());
+  std::string perDevice =
+      s.batch % devices == 0
+          ? std::to_string(s.batch / devices)
+          : fmt::format("{:.2f}", double(s.batch) / double(devices));
+  return fmt::format("{}, optimizer {}, batch {} ({} samples per device)",
+                     precisionName(s.graph->precision()).str(),
+                     optimizerName(s.optimizer).str(), s.batch, perDevice);
+}
+
+void warnIdle(const Session &s, const Layout &l) {
+  std::string w = idleWarning(l, s.topo->numDevices());
+  if (!w.empty())
+    spdlog::warn("{}", w);
 }
 
 void adoptPlanInputs(DriverOptions &o, const Plan &plan, bool paths) {
@@ -187,7 +264,7 @@ llvm::Expected<InputDigests> inputDigests(const DriverOptions &o) {
   auto model = sha256File(o.modelPath);
   if (!model)
     return model.takeError();
-  auto topology = sha256File(o.topologyPath);
+  auto topology = sha256File(resolveTopologyPath(o.topologyPath));
   if (!topology)
     return topology.takeError();
   return InputDigests{std::move(*model), std::move(*topology)};
@@ -196,7 +273,9 @@ llvm::Expected<InputDigests> inputDigests(const DriverOptions &o) {
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                             const SimMetrics &m, Seconds dpTime,
                             const std::string &searcher, uint64_t seed,
-                            const std::string &path, bool interrupted) {
+                            const std::string &path,
+                            const SearchOutcome *outcome,
+                            llvm::raw_ostream *pathTo) {
   const DriverOptions &o = s.options;
   auto digests = inputDigests(o);
   if (!digests)
@@ -217,7 +296,12 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
   in.optimizer = o.optimizer.value_or("sgd");
   in.precision = o.precision.value_or("fp32");
   in.kernels = o.kernels.value_or("fused");
-  in.interrupted = interrupted;
+  if (outcome) {
+    in.interrupted = outcome->interrupted;
+    // What ran, not the budget, when --timeout cut it short.
+    in.timedOut = outcome->timedOut;
+    in.proposalsRun = outcome->timedOut ? outcome->result.proposals : 0;
+  }
   Plan plan = makePlan(*s.graph, *s.topo, strategy, in,
                        planFigures(m, s.batch, dpTime));
   if (auto err = writePlan(plan, path))
@@ -225,7 +309,8 @@ llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
   // With --format csv or json stdout holds the figures alone (a parser
   // reads them), so the plan's path goes to stderr.
   if (path != "-")
-    (o.format == OutputFormat::Csv || o.format == OutputFormat::Json
+    (pathTo ? *pathTo
+     : o.format == OutputFormat::Csv || o.format == OutputFormat::Json
          ? llvm::errs()
          : llvm::outs())
         << "plan: " << path << "\n";
@@ -237,11 +322,43 @@ llvm::Expected<PlanSession> openPlan(const DriverOptions &given,
   auto plan = readPlan(planPath);
   if (!plan)
     return plan.takeError();
+  // A batch other than the plan's splits its ops otherwise: refused
+  // unless asked for.
+  if (given.batch && *given.batch != plan->inputs.batch) {
+    if (!given.allowOtherBatch)
+      return inputError("{}: /model/batch: the plan was made for batch {}, "
+                        "but --batch {} was given; give --allow-other-batch "
+                        "to use it at that batch anyway",
+                        planPath.str(), plan->inputs.batch, *given.batch);
+    spdlog::warn("{}: the plan was made for batch {}, used at batch {} "
+                 "(--allow-other-batch)",
+                 planPath.str(), plan->inputs.batch, *given.batch);
+  }
   DriverOptions o = given;
   adoptPlanInputs(o, *plan, /*paths=*/true);
   auto s = Session::open(o);
   if (!s)
     return s.takeError();
+  // Another cluster: its devices, links or memory differ from those the
+  // plan was searched for, so its figures do not hold there.
+  if (!given.topologyPath.empty()) {
+    auto tsha = sha256File(resolveTopologyPath(given.topologyPath));
+    if (!tsha)
+      return tsha.takeError();
+    if (*tsha != plan->inputs.topologySha256) {
+      const Topology &t = *(*s)->topo;
+      std::string what = fmt::format(
+          "the plan was made for {} ({}, {} x {}), not {} ({}, {} x {})",
+          plan->inputs.topologyPath, plan->topologyName, plan->numDevices,
+          plan->deviceType, given.topologyPath, t.name(), t.numDevices(),
+          t.deviceSpec().name);
+      if (!given.allowOtherTopology)
+        return inputError("{}: /topology/sha256: {}; give "
+                          "--allow-other-topology to use it there anyway",
+                          planPath.str(), what);
+      spdlog::warn("{}: {} (--allow-other-topology)", planPath.str(), what);
+    }
+  }
   auto strategy = planStrategy(*plan, *(*s)->graph, *(*s)->topo, planPath);
   if (!strategy)
     return strategy.takeError();

@@ -1,6 +1,7 @@
 // soapc simulate: one training iteration of a model under a strategy (a
 // built-in one or a plan): time, memory per device, bytes moved.
 #include "soap/Driver/Commands.h"
+#include "soap/Driver/Layout.h"
 #include "soap/Driver/Output.h"
 #include "soap/Driver/Session.h"
 
@@ -48,7 +49,25 @@ llvm::Error runSimulate(const DriverOptions &o) {
     if (auto err =
             writeFileAtomic(o.tracePath, sim.chromeTrace().dump() + "\n"))
       return err;
-  emit(o, simReport(sim, m, o.strategy, s->batch), printSimReport);
+  Layout layout =
+      describeLayout(*s->graph, strategy, s->topo->numDevices(), s->batch);
+  Json report = simReport(sim, m, o.strategy, s->batch);
+  report["layout"] = layout.text;
+  if (o.format == OutputFormat::Json) {
+    llvm::outs() << dumpJson(report);
+  } else {
+    // The layout under the strategy's name.
+    std::string text;
+    llvm::raw_string_ostream ts(text);
+    printSimReport(report, ts);
+    ts.flush();
+    size_t at = text.find("\nstrategy: ");
+    at = at == std::string::npos ? 0 : text.find('\n', at + 1) + 1;
+    text.insert(at, "layout: " + layout.text + "\n");
+    llvm::outs() << text;
+  }
+  llvm::outs().flush();
+  warnIdle(*s, layout);
   // A plan like a searcher's, so that explain, diff and check compare it
   // with searched ones (no data-parallel run: its speedup reads 1).
   if (!o.outputPath.empty())

@@ -1,6 +1,7 @@
 // soapc topo: a cluster's devices, hierarchy levels, bandwidths, latencies.
 #include "soap/Driver/Commands.h"
 #include "soap/Driver/Output.h"
+#include "soap/Driver/Session.h"
 
 #include "soap/Machine/TopologyLoader.h"
 #include "soap/Machine/TopologyPrinter.h"
@@ -8,7 +9,7 @@
 namespace soap {
 
 llvm::Error runTopo(const DriverOptions &o) {
-  auto t = loadTopology(o.topologyPath);
+  auto t = loadTopologyArg(o.topologyPath);
   if (!t)
     return t.takeError();
   if (o.format == OutputFormat::Json)

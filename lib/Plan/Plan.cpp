@@ -20,7 +20,8 @@ bool PlanInputs::operator==(const PlanInputs &o) const {
          seed == o.seed && budget == o.budget && space == o.space &&
          costModel == o.costModel && optimizer == o.optimizer &&
          precision == o.precision && kernels == o.kernels &&
-         interrupted == o.interrupted;
+         interrupted == o.interrupted && timedOut == o.timedOut &&
+         proposalsRun == o.proposalsRun;
 }
 
 bool PlanFigures::operator==(const PlanFigures &o) const {
@@ -122,6 +123,10 @@ Json planToJson(const Plan &p) {
       {"precision", p.inputs.precision},  {"kernels", p.inputs.kernels}};
   if (p.inputs.interrupted)
     j["search"]["interrupted"] = true;
+  if (p.inputs.timedOut) {
+    j["search"]["timed_out"] = true;
+    j["search"]["proposals"] = p.inputs.proposalsRun;
+  }
   const PlanFigures &f = p.figures;
   j["predicted"] = {{"iteration_time_s", f.iterationSeconds},
                     {"samples_per_sec", f.samplesPerSecond},
@@ -130,7 +135,10 @@ Json planToJson(const Plan &p) {
                     {"fits", f.fits},
                     {"transfer_bytes", f.transferBytes},
                     {"collective_bytes", f.collectiveBytes},
-                    {"speedup_over_data_parallel", f.speedupOverDataParallel}};
+                    {"speedup_over_data_parallel",
+                     f.speedupOverDataParallel > 0
+                         ? Json(f.speedupOverDataParallel)
+                         : Json(nullptr)}};
   int32_t stages = 1;
   for (const PlanOp &po : p.ops)
     stages = std::max(stages, po.stage + 1);
@@ -327,7 +335,8 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
   if (auto err =
           knownKeys(*s, "/search",
                     {"searcher", "seed", "budget", "space", "cost_model",
-                     "optimizer", "precision", "kernels", "interrupted"}))
+                     "optimizer", "precision", "kernels", "interrupted",
+                     "timed_out", "proposals"}))
     return err;
   SOAP_PLAN_TRY(searcher, r_.string(*s, "/search", "searcher"));
   SOAP_PLAN_TRY(seed, unsignedInt(*s, "/search", "seed"));
@@ -364,6 +373,14 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
     SOAP_PLAN_TRY(interrupted, boolean(*s, "/search", "interrupted"));
     p.inputs.interrupted = interrupted;
   }
+  if (s->contains("timed_out")) {
+    SOAP_PLAN_TRY(timedOut, boolean(*s, "/search", "timed_out"));
+    p.inputs.timedOut = timedOut;
+  }
+  if (s->contains("proposals")) {
+    SOAP_PLAN_TRY(proposals, unsignedInt(*s, "/search", "proposals"));
+    p.inputs.proposalsRun = proposals;
+  }
   return llvm::Error::success();
 }
 
@@ -396,7 +413,13 @@ llvm::Error PlanParser::parsePredicted(const Json &j, Plan &p) const {
   SOAP_PLAN_TRY(fits, boolean(*f, ptr, "fits"));
   SOAP_PLAN_TRY(transfer, r_.integer(*f, ptr, "transfer_bytes", 0));
   SOAP_PLAN_TRY(collective, r_.integer(*f, ptr, "collective_bytes", 0));
-  SOAP_PLAN_TRY(speedup, r_.number(*f, ptr, "speedup_over_data_parallel", 0));
+  // null: data parallelism does not fit (read as 0).
+  double speedup = 0;
+  if (!f->contains("speedup_over_data_parallel") ||
+      !(*f)["speedup_over_data_parallel"].is_null()) {
+    SOAP_PLAN_TRY(sp, r_.number(*f, ptr, "speedup_over_data_parallel", 0));
+    speedup = sp;
+  }
   out.iterationSeconds = time;
   out.samplesPerSecond = rate;
   out.peakMemory = peak;

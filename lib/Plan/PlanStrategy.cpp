@@ -165,20 +165,35 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                                     llvm::StringRef topologySha256,
                                     int64_t batch, const Graph &g,
                                     const Topology &topo,
-                                    const SimMetrics *resimulated) {
+                                    const SimMetrics *resimulated,
+                                    const CheckGiven &given) {
   std::vector<CheckFinding> out;
   auto add = [&](std::string what) { out.push_back({std::move(what)}); };
   if (p.inputs.modelSha256 != modelSha256)
-    add(fmt::format("model {} changed: SHA-256 {} in the plan, {} now",
-                    p.inputs.modelPath, p.inputs.modelSha256,
-                    modelSha256.str()));
+    add(given.modelPath.empty()
+            ? fmt::format("model {} changed: SHA-256 {} in the plan, {} now",
+                          p.inputs.modelPath, p.inputs.modelSha256,
+                          modelSha256.str())
+            : fmt::format("model {} was given, but the plan was made for {} "
+                          "(SHA-256 {} in the plan, {} given)",
+                          given.modelPath, p.inputs.modelPath,
+                          p.inputs.modelSha256, modelSha256.str()));
   if (p.inputs.topologySha256 != topologySha256)
-    add(fmt::format("topology {} changed: SHA-256 {} in the plan, {} now",
-                    p.inputs.topologyPath, p.inputs.topologySha256,
-                    topologySha256.str()));
+    add(given.topologyPath.empty()
+            ? fmt::format("topology {} changed: SHA-256 {} in the plan, {} "
+                          "now",
+                          p.inputs.topologyPath, p.inputs.topologySha256,
+                          topologySha256.str())
+            : fmt::format("topology {} was given, but the plan was made for "
+                          "{} (SHA-256 {} in the plan, {} given)",
+                          given.topologyPath, p.inputs.topologyPath,
+                          p.inputs.topologySha256, topologySha256.str()));
   if (p.inputs.batch != batch)
-    add(fmt::format("batch changed: {} in the plan, {} now", p.inputs.batch,
-                    batch));
+    add(given.batch ? fmt::format("batch {} was given, but the plan was made "
+                                  "for batch {}",
+                                  batch, p.inputs.batch)
+                    : fmt::format("batch changed: {} in the plan, {} now",
+                                  p.inputs.batch, batch));
 
   std::vector<bool> inPlan(g.numOps(), false);
   Strategy whole;

@@ -7,6 +7,7 @@
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -182,7 +183,14 @@ private:
 class MegatronSearcher : public Searcher {
 public:
   llvm::Expected<SearchResult> search(const SearchProblem &p,
-                                      const SearchOptions &o) override {
+                                      const SearchOptions &given) override {
+    // A simulation started just before --timeout ends past it (by seconds
+    // on a large model, more when compare runs searchers at once): the
+    // deadline the shapes see is moved earlier by the slowest simulation so
+    // far, so that the last one ends about when the timeout does.
+    SearchOptions o = given;
+    double slowest = 0; // seconds per simulation, the most of any shape
+    const auto kNoDeadline = std::chrono::steady_clock::time_point::max();
     size_t nodes = std::max<size_t>(1, p.topo.numNodes());
     int32_t perNode = int32_t(p.topo.devicesPerNode());
     std::optional<SearchResult> best;
@@ -203,7 +211,9 @@ public:
           if (perNode % t == 0 && nodes % size_t(stages) == 0 &&
               (layers == 0 || layers % stages == 0) &&
               (!sp || (t > 1 && hasSequence)))
-            shapes.push_back({t, stages, 0, sp});
+            // Without stages from one micro-batch: the plain data (and
+            // tensor) parallelism the baseline generalises.
+            shapes.push_back({t, stages, stages == 1 ? 1 : 0, sp});
     for (const MegatronShape &shape : shapes) {
       if (o.pastDeadline())
         break;
@@ -219,6 +229,7 @@ public:
       // fit, and more micro-batches (a smaller --micro-batch-size) while
       // nothing fits or they still pay.
       uint64_t n = 0;
+      auto shapeStart = std::chrono::steady_clock::now();
       // Lighter rungs at more micro-batches are tried too: Megatron-LM
       // users run a micro-batch of 1 without recomputation where it fits
       // (NeMo's GPT-3 175B) rather than recompute at a larger one.
@@ -227,6 +238,15 @@ public:
       if (!fit)
         return fit.takeError();
       tried_ += n;
+      if (n > 0 && given.deadline != kNoDeadline) {
+        using namespace std::chrono;
+        double each =
+            duration<double>(steady_clock::now() - shapeStart).count() /
+            double(n);
+        slowest = std::max(slowest, each);
+        o.deadline = given.deadline - duration_cast<steady_clock::duration>(
+                                          duration<double>(slowest));
+      }
       if (!*fit) {
         spdlog::info("megatron: t={} p={}{}: does not fit", t, stages,
                      sp ? " sp" : "");

@@ -8,9 +8,12 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Logging.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <new>
+#include <optional>
+#include <vector>
 
 using namespace soap;
 namespace cl = llvm::cl;
@@ -206,10 +209,24 @@ static cl::opt<double> betaOpt(
     cl::desc("MCMC's beta (FlexFlow Eq. 1) per second of iteration time; 0: "
              "a proposal 1% slower is accepted with probability e^-2"),
     cl::init(0), SOAP_SEARCH_CMDS, cl::cat(soapCat));
-static cl::opt<std::string> outputOpt("o", cl::desc("Write the plan here"),
-                                      cl::value_desc("plan.json"),
-                                      cl::sub(*cl::TopLevelSubCommand),
-                                      cl::sub(simulateCmd), cl::cat(soapCat));
+static cl::opt<std::string>
+    outputOpt("o",
+              cl::desc("Write the plan here (compare: a directory, one plan "
+                       "per searcher as DIR/<searcher>.json)"),
+              cl::value_desc("plan.json"), cl::sub(*cl::TopLevelSubCommand),
+              cl::sub(simulateCmd), cl::sub(compareCmd), cl::cat(soapCat));
+static cl::opt<bool> allowOtherTopologyOpt(
+    "allow-other-topology",
+    cl::desc("Use a plan on a cluster other than the one it was made for "
+             "(refused otherwise; then a warning)"),
+    cl::init(false), cl::sub(simulateCmd), cl::sub(explainCmd),
+    cl::cat(soapCat));
+static cl::opt<bool> allowOtherBatchOpt(
+    "allow-other-batch",
+    cl::desc("Use a plan at a --batch other than the one it was made for "
+             "(refused otherwise; then a warning)"),
+    cl::init(false), cl::sub(simulateCmd), cl::sub(explainCmd),
+    cl::cat(soapCat));
 
 static cl::opt<std::string> ftModeOpt(
     "mode",
@@ -302,8 +319,8 @@ static cl::opt<std::string>
            cl::value_desc("plan.dot"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<std::string>
     svgOpt("svg",
-           cl::desc("Render the plan graph as SVG here (needs "
-                    "Graphviz's dot)"),
+           cl::desc("Draw the plan graph as SVG here (no Graphviz "
+                    "needed)"),
            cl::value_desc("plan.svg"), cl::sub(explainCmd), cl::cat(soapCat));
 static cl::opt<unsigned> topOpt("top",
                                 cl::desc("Ops listed, by time on the "
@@ -345,6 +362,8 @@ static DriverOptions driverOptions() {
   o.strategy = strategyOpt;
   o.tracePath = traceOpt;
   o.noFold = noFoldOpt;
+  o.allowOtherTopology = allowOtherTopologyOpt;
+  o.allowOtherBatch = allowOtherBatchOpt;
   o.search = searchOpt;
   o.budget = budgetOpt;
   o.timeout = timeoutOpt;
@@ -379,6 +398,80 @@ static DriverOptions driverOptions() {
 }
 
 static int dispatch(const DriverOptions &o);
+
+/// The subcommands by name.
+static std::vector<cl::SubCommand *> subcommands() {
+  return {&dumpCmd,    &topoCmd,    &costCmd, &simulateCmd, &checkCmd,
+          &compareCmd, &explainCmd, &diffCmd, &frontierCmd};
+}
+
+/// What LLVM's parser does not say well, said before it runs: `soapc help
+/// CMD` is `soapc CMD --help`; a misspelt subcommand is named with the one
+/// meant; an option that is the start of one option's name (`--topo`)
+/// suggests that one, where LLVM would suggest the nearest by edit
+/// distance (`-o`). Returns an exit code when it has answered.
+static std::optional<int> preParse(std::vector<const char *> &args) {
+  if (args.size() >= 2 && llvm::StringRef(args[1]) == "help") {
+    args.erase(args.begin() + 1);
+    args.push_back("--help");
+  }
+  cl::SubCommand *sub = &*cl::TopLevelSubCommand;
+  if (args.size() >= 2 && args[1][0] != '-') {
+    llvm::StringRef first = args[1];
+    cl::SubCommand *named = nullptr;
+    for (cl::SubCommand *c : subcommands())
+      if (first == c->getName())
+        named = c;
+    if (named) {
+      sub = named;
+    } else if (!first.empty() && !llvm::sys::fs::exists(first) &&
+               !first.contains('.') && !first.contains('/')) {
+      // Not a model file: the nearest subcommand, when it is near.
+      cl::SubCommand *near = nullptr;
+      unsigned best = 3;
+      for (cl::SubCommand *c : subcommands()) {
+        llvm::StringRef n = c->getName();
+        unsigned dist = n.startswith(first) ? 1 : first.edit_distance(n);
+        if (dist < best) {
+          best = dist;
+          near = c;
+        }
+      }
+      if (near) {
+        llvm::errs() << "soapc: error: unknown subcommand '" << first
+                     << "'; did you mean '" << near->getName() << "'?\n";
+        return static_cast<int>(ExitCode::InvalidInput);
+      }
+    }
+  }
+  auto &opts = cl::getRegisteredOptions(*sub);
+  for (size_t i = 1; i < args.size(); ++i) {
+    llvm::StringRef a = args[i];
+    if (a == "--")
+      break;
+    if (!a.startswith("-") || a == "-")
+      continue;
+    llvm::StringRef name = a.ltrim('-').split('=').first;
+    if (name.empty() || opts.count(name))
+      continue;
+    std::string only;
+    size_t prefixOf = 0;
+    for (const auto &entry : opts) {
+      llvm::StringRef key = entry.getKey();
+      if (key.startswith(name) && !entry.getValue()->isPositional() &&
+          entry.getValue()->getOptionHiddenFlag() == cl::NotHidden) {
+        ++prefixOf;
+        only = key.str();
+      }
+    }
+    if (prefixOf == 1) {
+      llvm::errs() << "soapc: error: unknown option '" << a.split('=').first
+                   << "'; did you mean '--" << only << "'?\n";
+      return static_cast<int>(ExitCode::InvalidInput);
+    }
+  }
+  return std::nullopt;
+}
 
 int main(int argc, char **argv) {
   if (cl::Option *llvmThreads =
@@ -423,7 +516,11 @@ int main(int argc, char **argv) {
       "  soapc topo cluster.json [--format table|json]\n\n"
       "  searchers:\n" +
       searchers;
-  if (!cl::ParseCommandLineOptions(argc, argv, overview, &llvm::errs()))
+  std::vector<const char *> args(argv, argv + argc);
+  if (std::optional<int> rc = preParse(args))
+    return *rc;
+  if (!cl::ParseCommandLineOptions(int(args.size()), args.data(), overview,
+                                   &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);
   setupLogging(quiet ? -1 : verbose ? 1 : 0);
   DriverOptions o = driverOptions();

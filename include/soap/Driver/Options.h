@@ -32,6 +32,9 @@ struct DriverOptions {
   std::string strategy = "data";
   std::string tracePath;
   bool noFold = false; ///< --no-fold: every device's tasks
+  /// simulate, explain: a plan used on a cluster or at a batch other than
+  /// its own is refused unless these are given (then a warning).
+  bool allowOtherTopology = false, allowOtherBatch = false;
 
   // search, compare, check --research
   std::string search = "mcmc";

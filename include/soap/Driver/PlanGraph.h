@@ -1,13 +1,12 @@
 // The plan graph: ops as nodes coloured by the shape of their configuration
 // (which loop classes are split, over how many devices), in DOT, and as SVG
-// through Graphviz's `dot` when it is installed.
+// drawn directly.
 #ifndef SOAP_DRIVER_PLANGRAPH_H
 #define SOAP_DRIVER_PLANGRAPH_H
 
 #include "soap/IR/Graph.h"
 #include "soap/Parallel/Strategy.h"
 #include "soap/Support/Json.h"
-#include "llvm/Support/Error.h"
 #include <string>
 
 namespace soap {
@@ -21,11 +20,10 @@ std::string configShape(const OpSemantics &sem, const OpConfig &c);
 std::string planGraphDot(const Graph &g, const Strategy &s,
                          const Json &explanation);
 
-/// Graphviz's `dot` on PATH; exit code 2 naming the package when missing.
-llvm::Expected<std::string> findGraphviz();
-/// Runs `dot -Tsvg` on `dot` and writes the SVG to `path` (atomically).
-llvm::Error renderSvg(const std::string &dotProgram, const std::string &dot,
-                      const std::string &path);
+/// The same graph as SVG, laid out here (layers by longest path from the
+/// graph's inputs), so that no Graphviz is needed.
+std::string planGraphSvg(const Graph &g, const Strategy &s,
+                         const Json &explanation);
 
 } // namespace soap
 

@@ -7,6 +7,7 @@
 #include "soap/Cost/CostDatabase.h"
 #include "soap/Driver/Options.h"
 #include "soap/Plan/Plan.h"
+#include "soap/Search/Driver.h"
 #include "soap/Search/Searcher.h"
 #include <memory>
 #include <optional>
@@ -18,6 +19,15 @@ constexpr int64_t kSamplesPerDevice = 64;
 
 /// The batch: --batch, else 64 per device.
 int64_t effectiveBatch(const DriverOptions &o, int64_t devices);
+
+/// A bundled cluster or cost database by name, as the README calls them:
+/// "p100-4x4" is this source tree's examples/topologies/p100-4x4.json and
+/// "h100-sxm" its profiles/h100-sxm.json, when no file of that name exists.
+/// Anything else is returned as given.
+std::string resolveTopologyPath(const std::string &given);
+std::string resolveProfilePath(const std::string &given);
+/// The topology of --topology (a path or a bundled name).
+llvm::Expected<Topology> loadTopologyArg(const std::string &given);
 
 /// The model imported as the options say (batch, loss, unrolled LSTMs).
 llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
@@ -41,6 +51,14 @@ struct Session {
   }
 };
 
+/// What a summary assumed besides the plan: "fp32, optimizer sgd, batch
+/// 1024 (64 samples per device)".
+std::string assumptions(const Session &s);
+
+struct Layout;
+/// Warns (stderr) when `l` leaves devices idle, naming them and why.
+void warnIdle(const Session &s, const Layout &l);
+
 /// Fills what the user did not give from what `plan` records: how the
 /// model was imported and costed, and (when `paths`) the model and topology.
 void adoptPlanInputs(DriverOptions &o, const Plan &plan, bool paths);
@@ -61,13 +79,16 @@ struct InputDigests {
 };
 llvm::Expected<InputDigests> inputDigests(const DriverOptions &o);
 
-/// Writes `strategy` as a plan recording how it was found (`interrupted`:
-/// the best so far of a search Ctrl-C stopped); prints "plan: PATH" unless
-/// PATH is "-".
+/// Writes `strategy` as a plan recording how it was found (`outcome`, when
+/// a search found it: whether Ctrl-C or --timeout stopped it, and then
+/// what it ran); prints "plan: PATH" unless PATH is "-", on `pathTo` when
+/// given.
 llvm::Error writeSearchPlan(const Session &s, const Strategy &strategy,
                             const SimMetrics &m, Seconds dpTime,
                             const std::string &searcher, uint64_t seed,
-                            const std::string &path, bool interrupted = false);
+                            const std::string &path,
+                            const SearchOutcome *outcome = nullptr,
+                            llvm::raw_ostream *pathTo = nullptr);
 
 /// A plan and the session of its recorded inputs (flags given win), with
 /// its strategy on that model: a plan whose model file differs from the

@@ -42,6 +42,11 @@ struct PlanInputs {
   /// Ctrl-C or SIGTERM stopped the search: the plan is its best so far, not
   /// what the budget and seed give (written only when set).
   bool interrupted = false;
+  /// --timeout stopped the search: the plan is its best so far after
+  /// `proposalsRun` proposals, not what the budget gives (written only when
+  /// set).
+  bool timedOut = false;
+  uint64_t proposalsRun = 0;
 
   bool operator==(const PlanInputs &o) const;
 };
@@ -56,6 +61,7 @@ struct PlanFigures {
   bool fits = true;
   Bytes transferBytes = 0;   ///< point-to-point (region conversions)
   Bytes collectiveBytes = 0; ///< all-reduces
+  /// 0 when data parallelism does not fit (written as null).
   double speedupOverDataParallel = 1;
 
   bool operator==(const PlanFigures &o) const;
@@ -148,11 +154,19 @@ struct CheckFinding {
 /// plan lacks (graph order); then, when `resimulated` is given (the metrics
 /// of planStrategy's strategy simulated now), memory that no longer fits.
 /// Empty = the plan is fresh; the tool maps a non-empty list to exit code 4.
+/// `given` names the files and batch the user gave in place of the plan's
+/// own (empty, false: the plan's), so that a finding says which file was
+/// given and which one the plan was made for rather than that it changed.
+struct CheckGiven {
+  std::string modelPath, topologyPath;
+  bool batch = false;
+};
 std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                                     llvm::StringRef topologySha256,
                                     int64_t batch, const Graph &g,
                                     const Topology &topo,
-                                    const SimMetrics *resimulated = nullptr);
+                                    const SimMetrics *resimulated = nullptr,
+                                    const CheckGiven &given = CheckGiven());
 
 } // namespace soap
 

@@ -148,6 +148,17 @@ public:
   Seconds computeTime(OpId o, size_t k) const { return compute_[o][k]; }
   Seconds syncTime(OpId o, size_t k) const { return sync_[o][k]; }
   double memory(OpId o, size_t k) const { return memory_[o][k]; }
+  /// What the op's backward holds while it runs, beyond `memory`: the
+  /// kernel's workspace, its output gradients and the input gradients it
+  /// writes (a whole input's partial sum where the op splits a loop the
+  /// input does not index). A peak, not a sum: assignmentCosts takes the
+  /// largest over the ops (FtCosts::transient).
+  double transient(OpId o, size_t k) const { return transient_[o][k]; }
+  /// A recomputed configuration's saved activations, which exist again
+  /// while the backward of its recomputed chain runs (0 when not
+  /// recomputed).
+  double recomputedBytes(OpId o, size_t k) const { return again_[o][k]; }
+  const Graph &graph() const { return problem_->graph; }
   const std::vector<FtEdge> &edges() const { return edges_; }
   /// Eq. 2 options of edge `e` for producer config `a`, consumer config `b`:
   /// option 0 keeps both copies; with tensor reuse 1 keeps the copy before
@@ -181,7 +192,7 @@ private:
   const SearchProblem *problem_ = nullptr;
   std::vector<std::vector<FtConfig>> configs_;
   std::vector<std::vector<Seconds>> compute_, sync_;
-  std::vector<std::vector<double>> memory_;
+  std::vector<std::vector<double>> memory_, transient_, again_;
   std::vector<FtEdge> edges_;
   std::vector<std::vector<std::vector<FtEdgeOption>>> edgeOpts_;
   /// Shortest paths per (rank, bytes, source split): target -> time.
@@ -200,6 +211,14 @@ struct FtAssignment {
 struct FtCosts {
   Seconds time = 0, compute = 0, network = 0;
   double memory = 0;
+  /// Bytes an op's backward holds at once beyond `memory`, the most over
+  /// the ops (FtModel::transient): the simulator's workspace, which Eq. 3's
+  /// sum does not count. Not part of the frontier's order (assignmentCosts
+  /// sets it).
+  double transient = 0;
+  /// FT's estimate of a device's peak: what it holds plus the largest
+  /// backward working set.
+  double peakMemory() const { return memory + transient; }
 };
 FtCosts assignmentCosts(const FtModel &m, const FtAssignment &a);
 Strategy assignmentStrategy(const FtModel &m, const FtAssignment &a);

@@ -235,6 +235,7 @@ Json frontierJson(const FtFrontierReport &r, const Graph &g,
     const FtScored &s = r.points[i];
     pts.push_back({{"index", i},
                    {"memory_bytes", s.point.costs.memory},
+                   {"peak_memory_bytes", s.point.costs.peakMemory()},
                    {"time_s", s.point.costs.time},
                    {"compute_s", s.point.costs.compute},
                    {"network_s", s.point.costs.network},
@@ -387,6 +388,7 @@ public:
     // A proposal budget bounds the frontier points simulated, over all
     // counts (each count simulates at most kSimulatedPoints).
     uint64_t left = so.budget.proposals ? so.budget.proposals : UINT64_MAX;
+    uint64_t simulated = 0; // over every count: the proposals reported
     // Every FT configuration spreads an op over all devices, and splits
     // its weight at most (node mesh) or (devices) ways; without ZeRO a
     // device then holds at least the graph's weight state over that many.
@@ -417,14 +419,14 @@ public:
       o.zero = zero;
       int misses = 0;
       for (int32_t m = 1; m <= kMaxMicroBatches; m *= 2) {
-        if (left < 2 && (best || last))
-          break; // the budget is spent (a report simulates 2 at least)
+        if (left < 1 && (best || last))
+          break; // the budget is spent
         o.microBatches = m;
         double tasks = 2.0 * double(p.graph.numOps()) * devices * double(m);
         size_t per = tasks > kLargeGraphTasks ? kSimulatedPointsLarge
                                               : kSimulatedPoints;
         size_t sims =
-            size_t(std::min<uint64_t>(per, std::max<uint64_t>(left, 2)));
+            size_t(std::min<uint64_t>(per, std::max<uint64_t>(left, 1)));
         auto r = frontierReport(p, o, sims, kSimulatedMemoryMargin * memory);
         if (!r) {
           if ((m == 1 && zero == zeroOnly) ||
@@ -434,8 +436,10 @@ public:
           llvm::consumeError(r.takeError());
           break;
         }
-        for (const FtScored &pt : r->points)
+        for (const FtScored &pt : r->points) {
+          simulated += pt.simulated;
           left -= pt.simulated && left > 0 ? 1 : 0;
+        }
         int b = miniTimePoint(*r);
         spdlog::info("ft: {} micro-batch(es){}: {} frontier points, {}", m,
                      zero ? ", ZeRO" : "", r->points.size(),
@@ -456,7 +460,7 @@ public:
         if (so.pastDeadline())
           break;
       }
-      if (best || so.pastDeadline() || left < 2)
+      if (best || so.pastDeadline() || left < 1)
         break;
     }
     if (!best) {
@@ -504,7 +508,9 @@ public:
     res.timedOut = so.pastDeadline();
     res.strategy = r->points[size_t(bestIdx)].strategy;
     res.iterationTime = r->points[size_t(bestIdx)].simTime;
-    res.proposals = r->points.size();
+    // The points simulated, as a budget counts them (not the frontier's
+    // size).
+    res.proposals = simulated;
     return res;
   }
 };

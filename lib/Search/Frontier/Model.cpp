@@ -357,6 +357,25 @@ struct FtModelBuilder : FtPaths {
       Bytes saved = p.cost.memory(g, op, mbTile, p.optimizer).saved;
       m.memory_[o][k] =
           double(tm.weights + tm.gradients + tm.optimizer + saved);
+      // While its backward runs (as the simulator counts it): the kernel's
+      // workspace, the output gradients it reads and the input gradients it
+      // writes.
+      double during =
+          double(p.cost.memory(g, op, mbTile, p.optimizer).workspace);
+      for (size_t j = 0; j < op.outputs.size(); ++j)
+        if (op.outputs[j] != kNoValue && isFloating(g.value(op.outputs[j]).dtype))
+          during += double(sem.outputRegion(int(j), mbTile).volume()) *
+                    double(dtypeBytes(g.value(op.outputs[j]).dtype));
+      for (int i : sem.gradInputs) {
+        ValueId v = op.inputs[size_t(i)];
+        if (v == kNoValue || !isFloating(g.value(v).dtype) ||
+            g.value(v).kind != ValueKind::Activation)
+          continue;
+        during += double(sem.inputRegion(i, sem.ringBlock(i, mbTile)).volume()) *
+                  double(dtypeBytes(g.value(v).dtype));
+      }
+      m.transient_[o][k] = during;
+      m.again_[o][k] = c.recompute ? double(saved) : 0;
       if (c.recompute) {
         // Its forward again in backward; nothing saved, but the graph
         // inputs it reads are held (kept producers' outputs: edgeCosts).
@@ -594,6 +613,8 @@ llvm::Expected<FtModel> FtModel::build(const SearchProblem &p,
     m.compute_.emplace_back(k);
     m.sync_.emplace_back(k);
     m.memory_.emplace_back(k);
+    m.transient_.emplace_back(k);
+    m.again_.emplace_back(k);
   }
   b.bwd.resize(g.numOps());
   b.wsync.resize(g.numOps());

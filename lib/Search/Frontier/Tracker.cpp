@@ -22,6 +22,41 @@ FtCosts assignmentCosts(const FtModel &m, const FtAssignment &a) {
     c.network += m.syncTime(OpId(o), k);
     c.memory += m.memory(OpId(o), k);
   }
+  // The backward pass's peak beyond that (the simulator's workspace), as
+  // the simulator counts it: at each op's backward its working set, plus
+  // what the recomputed ops running again hold. A recomputed chain runs its
+  // forwards again at once, at the backward of its last op (the highest
+  // that reads it through recomputed ops), and each holds what it saves
+  // until its own backward: a chain of every op holds all of them at once.
+  const Graph &g = m.graph();
+  size_t n = m.numOps();
+  auto recomputed = [&](OpId o) {
+    return m.configs(o)[size_t(a.config[size_t(o)])].recompute;
+  };
+  std::vector<OpId> until(n);
+  for (size_t o = 0; o < n; ++o)
+    until[o] = OpId(o);
+  for (size_t u = n; u-- > 0;) {
+    if (!recomputed(OpId(u)))
+      continue;
+    for (ValueId v : g.op(OpId(u)).inputs)
+      if (v != kNoValue && g.value(v).producer >= 0 &&
+          recomputed(g.value(v).producer))
+        until[size_t(g.value(v).producer)] =
+            std::max(until[size_t(g.value(v).producer)], until[u]);
+  }
+  std::vector<double> starts(n + 1, 0); // a difference array over op ids
+  for (size_t o = 0; o < n; ++o) {
+    double again = m.recomputedBytes(OpId(o), size_t(a.config[o]));
+    starts[o] += again;
+    starts[size_t(until[o]) + 1] -= again;
+  }
+  double running = 0;
+  for (size_t o = 0; o < n; ++o) {
+    running += starts[o];
+    c.transient = std::max(c.transient,
+                           m.transient(OpId(o), size_t(a.config[o])) + running);
+  }
   for (size_t e = 0; e < m.edges().size(); ++e) {
     const FtEdge &ed = m.edges()[e];
     const FtEdgeOption &opt =

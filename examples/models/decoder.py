@@ -53,8 +53,6 @@ Config (e.g. "tiny:layers=2,hidden=256,heads=8,kv_heads=2,ffn=512,
 vocab=1024,seq=128,activation=swiglu,norm=rmsnorm,positions=rope").
 """
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -67,8 +65,8 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt3 import (OPSET, Writer, f32, i64, mark_external,  # noqa: E402
-                  numel)
+from gpt3 import (OPSET, Writer, cli, f32, i64,  # noqa: E402
+                  mark_external, numel)
 
 ACTIVATIONS = ("gelu", "swiglu", "squared-relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -589,40 +587,9 @@ def parse_config(text):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=HERE)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--config", action="append", default=[],
-                    metavar="NAME:key=value,...",
-                    help="write a decoder of this configuration "
-                    "(repeatable)")
-    opt = ap.parse_args()
-    custom = OrderedDict()
-    for text in opt.config:
-        try:
-            name, c = parse_config(text)
-        except ValueError as e:
-            sys.exit(str(e))
-        custom[name] = c
-    names = [n for n in opt.only.split(",") if n] or \
-        ([] if custom else list(CONFIGS))
-    for n in names:
-        if n not in CONFIGS:
-            sys.exit("unknown model %r (known: %s)" % (n, ", ".join(CONFIGS)))
-    os.makedirs(opt.out, exist_ok=True)
-    pjson = os.path.join(opt.out, "params.json")
-    table = OrderedDict()
-    if os.path.exists(pjson):
-        with open(pjson) as fh:
-            table = json.load(fh, object_pairs_hook=OrderedDict)
-    for name in names:
-        table[name] = generate(name, opt.out, CONFIGS[name])
-    for name, c in custom.items():
-        table[name] = generate(name, opt.out, c)
-    with open(pjson, "w") as fh:
-        json.dump(table, fh, indent=1)
-        fh.write("\n")
-    print("wrote %s" % pjson)
+    cli(__doc__.split("\n")[0], CONFIGS, parse_config, generate,
+        ("NAME:key=value,...",
+         "write a decoder of this configuration (repeatable)"))
 
 
 if __name__ == "__main__":

@@ -339,26 +339,31 @@ def parse_config(text):
     return name, (layers, hidden, heads, vocab, n_ctx)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def cli(description, configs, parse, generate, config_help):
+    """The model writers' command line (gpt3.py, decoder.py): --out DIR,
+    --only NAME,..., --config TEXT (repeatable, read by `parse`, which
+    returns (name, config) or raises ValueError); writes each named model
+    of `configs` (all of them without --only or --config) and each
+    --config one with generate(name, out, config), and their records into
+    DIR/params.json."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--only", default="")
     ap.add_argument("--config", action="append", default=[],
-                    metavar="NAME:layers,hidden,heads[,vocab[,seq]]",
-                    help="write a GPT of this shape (repeatable)")
+                    metavar=config_help[0], help=config_help[1])
     opt = ap.parse_args()
     custom = OrderedDict()
     for text in opt.config:
         try:
-            name, shape = parse_config(text)
+            name, c = parse(text)
         except ValueError as e:
             sys.exit(str(e))
-        custom[name] = shape
+        custom[name] = c
     names = [n for n in opt.only.split(",") if n] or \
-        ([] if custom else list(CONFIGS))
+        ([] if custom else list(configs))
     for n in names:
-        if n not in CONFIGS:
-            sys.exit("unknown model %r (known: %s)" % (n, ", ".join(CONFIGS)))
+        if n not in configs:
+            sys.exit("unknown model %r (known: %s)" % (n, ", ".join(configs)))
     os.makedirs(opt.out, exist_ok=True)
     pjson = os.path.join(opt.out, "params.json")
     table = OrderedDict()
@@ -366,13 +371,21 @@ def main():
         with open(pjson) as f:
             table = json.load(f, object_pairs_hook=OrderedDict)
     for name in names:
-        table[name] = generate(name, opt.out)
-    for name, shape in custom.items():
-        table[name] = generate(name, opt.out, shape)
+        table[name] = generate(name, opt.out, configs[name])
+    for name, c in custom.items():
+        table[name] = generate(name, opt.out, c)
     with open(pjson, "w") as f:
         json.dump(table, f, indent=1)
         f.write("\n")
     print("wrote %s" % pjson)
+
+
+def main():
+    cli(__doc__.split("\n")[0],
+        OrderedDict((n, c + (VOCAB, N_CTX)) for n, c in CONFIGS.items()),
+        parse_config, generate,
+        ("NAME:layers,hidden,heads[,vocab[,seq]]",
+         "write a GPT of this shape (repeatable)"))
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ std::vector<int> sequenceLoops(const Graph &g, int64_t seq) {
 
 llvm::Expected<std::vector<OpConfig>>
 contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
-                       int32_t t, int32_t cp, int32_t microBatches) {
+                       int32_t t, int32_t cp, int32_t microBatches,
+                       bool sequenceParallel) {
   if (cp <= 1)
     return configs;
   int64_t seq = attentionSequence(g);
@@ -101,8 +102,15 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
     const OpSemantics &sem = op.sem;
     const OpConfig &oc = configs[size_t(op.id)];
     int cl = seqLoop[size_t(op.id)];
-    if (cl >= 0 && oc.degree[size_t(cl)] != 1)
-      cl = -1; // already split (tensor parallel): replicated over cp
+    // Sequence parallelism's split of the sequence over the tensor-parallel
+    // ranks, which the cp split goes outside of.
+    int32_t inner = 1;
+    if (cl >= 0 && oc.degree[size_t(cl)] != 1) {
+      if (sequenceParallel && oc.degree[size_t(cl)] == t)
+        inner = t;
+      else
+        cl = -1; // already split (tensor parallel): replicated over cp
+    }
     // Where the tokens are merged into one [batch x sequence] dim (the LM
     // head behind a Reshape), that dim is split dp x cp ways, part
     // si * cp + ci on dp rank si and cp rank ci: with mbs=1 exactly the
@@ -113,14 +121,15 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
         divides(sem.loops[size_t(sl)],
                 int64_t(oc.degree[size_t(sl)]) * cp * microBatches))
       merged = sl;
-    if (cl >= 0 && !divides(sem.loops[size_t(cl)], cp))
-      return inputError("--strategy megatron: cp={} does not divide the "
+    if (cl >= 0 && !divides(sem.loops[size_t(cl)], int64_t(cp) * inner))
+      return inputError("--strategy megatron: cp={}{} does not divide the "
                         "sequence loop '{}' ({}) of {}",
-                        cp, sem.loops[size_t(cl)].name,
+                        cp, inner > 1 ? fmt::format(" x sp's tp={}", inner) : "",
+                        sem.loops[size_t(cl)].name,
                         sem.loops[size_t(cl)].size, g.where(op.id));
     OpConfig nc = oc;
     if (cl >= 0)
-      nc.degree[size_t(cl)] = cp;
+      nc.degree[size_t(cl)] = cp * inner;
     else if (merged >= 0)
       nc.degree[size_t(merged)] *= cp;
     else
@@ -134,8 +143,12 @@ contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
       Box b = nc.tile(sem, k);
       int64_t ci = 0;
       if (cl >= 0) {
-        ci = b.lo[size_t(cl)] / (sem.loops[size_t(cl)].size / cp);
-        b.lo[size_t(cl)] = 0;
+        // Part j of cp x inner: cp rank j / inner, and of the old tiles
+        // (the sequence cut inner ways) the one at j % inner.
+        int64_t size = sem.loops[size_t(cl)].size;
+        int64_t j = b.lo[size_t(cl)] / (size / (int64_t(cp) * inner));
+        ci = j / inner;
+        b.lo[size_t(cl)] = (j % inner) * (size / inner);
       }
       if (merged >= 0) {
         int64_t part = sem.loops[size_t(merged)].size / nc.degree[size_t(merged)];

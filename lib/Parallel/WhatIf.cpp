@@ -278,11 +278,6 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
 llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                                                 const Topology &topo,
                                                 const MegatronConfig &c) {
-  auto lacks = [](llvm::StringRef key, llvm::StringRef feature) {
-    return inputError("--strategy megatron: {} ({}) is not in soapc's space "
-                      "yet",
-                      key, feature);
-  };
   if (c.vp > 1 && c.pp < 2)
     return inputError("--strategy megatron: vp={} interleaves the stages of "
                       "a pipeline; it needs pp > 1",
@@ -295,9 +290,6 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: sp=1 (sequence parallelism) "
                       "needs tp > 1: it splits the tensor-parallel group's "
                       "replicated ops along the sequence");
-  if (c.sp && c.cp > 1)
-    return lacks(fmt::format("sp=1 with cp={}", c.cp),
-                 "sequence parallelism inside a context-parallel group");
   // Megatron-LM's own checks of --overlap-param-gather.
   if (c.overlapParamGather.value_or(false) && !c.distopt)
     return inputError("--strategy megatron: overlap_param_gather=1 needs the "
@@ -387,8 +379,9 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   if (c.pp > 1)
     s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
   if (c.cp > 1) {
-    auto cfg = contextParallelConfigs(g, megatronGroupConfigs(g, c.tp, dp),
-                                      c.tp, c.cp, int32_t(m));
+    auto cfg =
+        contextParallelConfigs(g, megatronGroupConfigs(g, c.tp, dp, c.sp),
+                               c.tp, c.cp, int32_t(m), c.sp);
     if (!cfg)
       return cfg.takeError();
     s.configs = std::move(*cfg);

@@ -30,10 +30,15 @@ bool hasCausalAttention(const Graph &g);
 /// dim (the LM head behind a Reshape) splits dp x cp ways where each of
 /// `microBatches` still divides into whole granules. Errors (exit 2) name
 /// an op whose sequence loop does not divide into cp parts, or a graph
-/// without attention.
+/// without attention. With `sequenceParallel` (`configs` built with
+/// sequence parallelism), an op the tensor-parallel group splits along the
+/// sequence is split t x cp ways along it: cp rank ci's part of the
+/// sequence, cut t ways over its tensor-parallel ranks, as Megatron-Core
+/// runs sequence parallelism inside a context-parallel group.
 llvm::Expected<std::vector<OpConfig>>
 contextParallelConfigs(const Graph &g, const std::vector<OpConfig> &configs,
-                       int32_t t, int32_t cp, int32_t microBatches);
+                       int32_t t, int32_t cp, int32_t microBatches,
+                       bool sequenceParallel = false);
 
 } // namespace soap
 

@@ -280,8 +280,49 @@ TEST_CASE("megatron what-if with sequence parallelism", "[Parallel][whatif]") {
   auto mlp = zooModel("mlp", 16);
   CHECK(errorOf("megatron:tp=2,sp=1", *mlp, topo).find("needs a sequence") !=
         std::string::npos);
-  CHECK(errorOf("megatron:tp=2,cp=2,sp=1", *g, topo).find("sp=1 with cp=2") !=
-        std::string::npos);
+}
+
+TEST_CASE("megatron what-if with sequence parallelism inside context "
+          "parallelism",
+          "[Parallel][whatif]") {
+  // tp 2 x cp 2 x dp 4 on 16 GPUs: an op sequence parallelism splits is cut
+  // 2 x 2 ways along the sequence, cp rank ci's half cut over its two
+  // tensor-parallel ranks; the GEMMs are split on the sequence by cp only.
+  auto g = fusedGpt2(16);
+  Topology topo = exampleTopology("dgx-h100-2");
+  auto cp = whatIfStrategy("megatron:tp=2,cp=2,mbs=1", *g, topo);
+  auto spcp = whatIfStrategy("megatron:tp=2,cp=2,mbs=1,sp=1", *g, topo);
+  if (!cp)
+    FAIL(errorMessage(cp.takeError()));
+  if (!spcp)
+    FAIL(errorMessage(spcp.takeError()));
+  auto config = [&](const Strategy &s, const char *name) {
+    OpId o = g->findOp(name);
+    REQUIRE(o >= 0);
+    return s.configs[size_t(o)];
+  };
+  for (const char *name :
+       {"/h.0/ln_1/LayerNormalization", "/h.11/ln_2/LayerNormalization"}) {
+    OpId o = g->findOp(name);
+    INFO(name << ": " << config(*spcp, name).str(g->op(o).sem));
+    CHECK(config(*spcp, name).degree[1] == 4);
+    CHECK(config(*cp, name).degree[1] == 2);
+    // Its tiles along the sequence, in order, on tp rank 0 then 1 of cp
+    // rank 0, then of cp rank 1 (device ti + 2 (ci + 2 si)): devices 0, 1,
+    // 2, 3 for the first data-parallel rank.
+    const OpConfig &c = config(*spcp, name);
+    std::vector<DeviceId> first;
+    for (int64_t k = 0; k < c.numTiles(); ++k)
+      if (c.tile(g->op(o).sem, k).lo[0] == 0)
+        first.push_back(c.device(k, 0));
+    CHECK(first == std::vector<DeviceId>{0, 1, 2, 3});
+  }
+  for (const char *name : {"/h.0/attn/qkv/MatMul", "/h.0/c_proj/MatMul",
+                           "/h.0/attn/FlashAttention"}) {
+    OpId o = g->findOp(name);
+    CHECK(config(*spcp, name).str(g->op(o).sem) ==
+          config(*cp, name).str(g->op(o).sem));
+  }
 }
 
 TEST_CASE("fsdp what-if", "[Parallel][whatif]") {

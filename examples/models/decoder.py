@@ -56,17 +56,16 @@ vocab=1024,seq=128,activation=swiglu,norm=rmsnorm,positions=rope").
 import math
 import os
 import sys
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from gpt3 import (OPSET, Writer, cli, f32, i64,  # noqa: E402
-                  mark_external, numel)
+                  save_shape_only)
 
 ACTIVATIONS = ("gelu", "swiglu", "squared-relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -526,23 +525,10 @@ def build(c, name="decoder"):
 
 def generate(name, out_dir, c):
     """Writes <name>.onnx into out_dir; returns its params.json entry."""
-    model = build(c, name=name)
-    model = onnx.shape_inference.infer_shapes(model, check_type=True,
-                                              strict_mode=True)
-    weights = name + ".weights"
-    data_bytes = mark_external(model, weights)
-    params = sum(numel(t) for t in model.graph.initializer
-                 if t.data_type == TensorProto.FLOAT and numel(t) > 1)
     expected = decoder_params(c)
-    if params != expected:
-        raise RuntimeError("%s: the graph holds %d parameters, the "
-                           "configuration %d" % (name, params, expected))
-    if os.path.exists(os.path.join(out_dir, weights)):
-        raise RuntimeError("%s exists; the zoo's decoder weights must be "
-                           "absent" % weights)
-    path = os.path.join(out_dir, name + ".onnx")
-    onnx.save(model, path)
-    ops = Counter(n.op_type for n in model.graph.node)
+    model, params, data_bytes, path, ops = save_shape_only(
+        build(c, name=name), name, out_dir, expected, "decoder")
+    weights = name + ".weights"
     print("%-12s layers %3d  hidden %5d  heads %3d  kv %2d  ffn %5d  "
           "params %15s  nodes %5d  absent weights %7.1f GB  %7.1f KiB"
           % (name, c.layers, c.hidden, c.heads, c.kv_heads, c.ffn,

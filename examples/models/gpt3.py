@@ -274,31 +274,41 @@ def mark_external(model, location):
     return offset
 
 
-def generate(name, out_dir, shape=None):
-    """Writes <name>.onnx into out_dir; returns its params.json entry.
-    shape is (layers, hidden, heads, vocab, n_ctx); by default CONFIGS'
-    entry with VOCAB and N_CTX."""
-    layers, hidden, heads, vocab, n_ctx = \
-        shape or CONFIGS[name] + (VOCAB, N_CTX)
-    model = build(vocab, hidden, layers, heads, n_ctx, name=name)
-    # Well typed: strict shape inference over the whole graph (it never
-    # reads initializer data, so it runs before the data is marked absent).
+def save_shape_only(model, name, out_dir, expected, family):
+    """Checks `model` (well typed under strict shape inference, which never
+    reads initializer data, so it runs before the data is marked absent),
+    marks its weights absent as <name>.weights, checks it holds `expected`
+    parameters, and writes <name>.onnx into out_dir. Returns (the model,
+    its parameters, the absent bytes, the path, its op counts)."""
     model = onnx.shape_inference.infer_shapes(model, check_type=True,
                                               strict_mode=True)
     weights = name + ".weights"
     data_bytes = mark_external(model, weights)
     params = sum(numel(t) for t in model.graph.initializer
                  if t.data_type == TensorProto.FLOAT and numel(t) > 1)
-    expected = gpt_params(vocab, hidden, layers, n_ctx)
     if params != expected:
         raise RuntimeError("%s: the graph holds %d parameters, the "
                            "configuration %d" % (name, params, expected))
     if os.path.exists(os.path.join(out_dir, weights)):
-        raise RuntimeError("%s exists; the zoo's GPT-3 weights must be "
-                           "absent" % weights)
+        raise RuntimeError("%s exists; the zoo's %s weights must be "
+                           "absent" % (weights, family))
     path = os.path.join(out_dir, name + ".onnx")
     onnx.save(model, path)
     ops = Counter(n.op_type for n in model.graph.node)
+    return model, params, data_bytes, path, ops
+
+
+def generate(name, out_dir, shape=None):
+    """Writes <name>.onnx into out_dir; returns its params.json entry.
+    shape is (layers, hidden, heads, vocab, n_ctx); by default CONFIGS'
+    entry with VOCAB and N_CTX."""
+    layers, hidden, heads, vocab, n_ctx = \
+        shape or CONFIGS[name] + (VOCAB, N_CTX)
+    expected = gpt_params(vocab, hidden, layers, n_ctx)
+    model, params, data_bytes, path, ops = save_shape_only(
+        build(vocab, hidden, layers, heads, n_ctx, name=name), name, out_dir,
+        expected, "GPT-3")
+    weights = name + ".weights"
     print("%-10s layers %2d  d_model %5d  heads %2d  params %15s  nodes %5d"
           "  absent weights %6.1f GB  %6.1f KiB"
           % (name, layers, hidden, heads, "{:,}".format(params),

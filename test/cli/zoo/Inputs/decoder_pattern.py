@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 import decoder  # noqa: E402
 import export  # noqa: E402
+from gpt3 import mark_external  # noqa: E402
 from gpt3_pattern import first_difference, pattern  # noqa: E402
 
 C = decoder.Config
@@ -64,7 +65,7 @@ def main():
         real = export.export_model(model, [("ids", ["N", c.seq], "int64")],
                                    2)
         made = decoder.build(c)
-        decoder.mark_external(made, "absent.weights")
+        mark_external(made, "absent.weights")
         want = pattern(real)
         try:
             got = pattern(made)

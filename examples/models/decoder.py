@@ -64,8 +64,8 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt3 import (OPSET, Writer, cli, f32, i64,  # noqa: E402
-                  save_shape_only)
+from gpt3 import (OPSET, Writer, causal_mask, cli, f32,  # noqa: E402
+                  i64, save_shape_only)
 
 ACTIVATIONS = ("gelu", "swiglu", "squared-relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -407,15 +407,7 @@ def build(c, name="decoder"):
     def bias_of(name):
         return name + ".bias" if c.bias else None
 
-    # Causal mask from the traced input shape: ones(t, t).tril().
-    t = w.op("", "Gather", [w.op("", "Shape", ["ids"]),
-                            w.const("", i64(1))], axis=0)
-    rows = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
-    cols = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
-    ones = w.op("", "ConstantOfShape",
-                [w.op("", "Concat", [rows, cols], axis=0)],
-                value=numpy_helper.from_array(np.array([True]), ""))
-    mask = w.op("", "Trilu", [ones, w.const("", i64(0))], upper=0)
+    t, mask = causal_mask(w)
     cos = sin = None
     if c.positions == "rope":
         # Rotary tables: cat(pos x inv_freq, twice) -> cos, sin [t, dh].

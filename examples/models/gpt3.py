@@ -129,6 +129,19 @@ def f32(value):
     return np.array(value, dtype=np.float32)
 
 
+def causal_mask(w):
+    """The traced sequence length t of the input "ids" ([N, t]) and the
+    causal mask torch.onnx.export writes for ones(t, t).tril(): (t, mask)."""
+    t = w.op("", "Gather", [w.op("", "Shape", ["ids"]),
+                            w.const("", i64(1))], axis=0)
+    rows = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
+    cols = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
+    ones = w.op("", "ConstantOfShape",
+                [w.op("", "Concat", [rows, cols], axis=0)],
+                value=numpy_helper.from_array(np.array([True]), ""))
+    return t, w.op("", "Trilu", [ones, w.const("", i64(0))], upper=0)
+
+
 def build(vocab, hidden, layers, heads, n_ctx, dropout=0.1, name="gpt"):
     """The graph torch.onnx.export writes for export.py's
     GPT2(vocab, hidden, layers, heads, n_ctx, dropout) in training mode at
@@ -180,15 +193,7 @@ def build(vocab, hidden, layers, heads, n_ctx, dropout=0.1, name="gpt"):
         w.weight(p + "c_fc.weight", [d, 4 * d])
         w.weight(p + "c_proj.weight", [4 * d, d])
 
-    # Causal mask from the traced input shape: ones(t, t).tril().
-    t = w.op("", "Gather", [w.op("", "Shape", ["ids"]),
-                            w.const("", i64(1))], axis=0)
-    rows = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
-    cols = w.op("", "Unsqueeze", [t, w.helper_const(i64([0]), "Unsqueeze")])
-    ones = w.op("", "ConstantOfShape",
-                [w.op("", "Concat", [rows, cols], axis=0)],
-                value=numpy_helper.from_array(np.array([True]), ""))
-    mask = w.op("", "Trilu", [ones, w.const("", i64(0))], upper=0)
+    t, mask = causal_mask(w)
 
     x = w.op("/wte", "Gather", ["wte.weight", "ids"])
     x = dropout_("/drop", w.op("", "Add", [x, "wpe.weight"]))

@@ -88,33 +88,6 @@ llvm::Expected<bool> flag(llvm::StringRef what, llvm::StringRef key,
   return inputError("--strategy {}: {}={} must be 0 or 1", what, key, value);
 }
 
-/// The gradient synchronisation's keys, shared by every what-if
-/// (Megatron-Core's DistributedDataParallelConfig names): sets one and
-/// returns true, or returns false for another key.
-llvm::Expected<bool> setGradSyncKey(llvm::StringRef what, llvm::StringRef key,
-                                    llvm::StringRef value,
-                                    bool &overlapGradReduce,
-                                    std::optional<bool> &overlapParamGather,
-                                    int64_t &bucketSize) {
-  if (key == "overlap_grad_reduce" || key == "overlap_param_gather") {
-    auto f = flag(what, key, value);
-    if (!f)
-      return f.takeError();
-    if (key == "overlap_grad_reduce")
-      overlapGradReduce = *f;
-    else
-      overlapParamGather = *f;
-    return true;
-  }
-  if (key != "bucket_size")
-    return false;
-  auto v = positive(what, key, value);
-  if (!v)
-    return v.takeError();
-  bucketSize = *v;
-  return true;
-}
-
 /// The `recompute` key, shared by every what-if.
 llvm::Error setRecompute(llvm::StringRef what, llvm::StringRef value,
                          RecomputeMode &out) {
@@ -129,6 +102,34 @@ llvm::Error setRecompute(llvm::StringRef what, llvm::StringRef value,
                       "full",
                       what, value);
   return llvm::Error::success();
+}
+
+/// The keys every what-if takes (WhatIfCommon): sets one and returns
+/// true, or returns false for another key.
+llvm::Expected<bool> setCommonKey(llvm::StringRef what, llvm::StringRef key,
+                                  llvm::StringRef value, WhatIfCommon &c) {
+  if (key == "recompute") {
+    if (auto err = setRecompute(what, value, c.recompute))
+      return llvm::Error(std::move(err));
+    return true;
+  }
+  if (key == "overlap_grad_reduce" || key == "overlap_param_gather") {
+    auto f = flag(what, key, value);
+    if (!f)
+      return f.takeError();
+    if (key == "overlap_grad_reduce")
+      c.overlapGradReduce = *f;
+    else
+      c.overlapParamGather = *f;
+    return true;
+  }
+  if (key != "bucket_size")
+    return false;
+  auto v = positive(what, key, value);
+  if (!v)
+    return v.takeError();
+  c.bucketSize = *v;
+  return true;
 }
 
 /// Heads of an attention op: FlashAttention's "h" loop, or an eager
@@ -196,13 +197,10 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
           (key == "sp" ? c.sp : c.distopt) = *f;
           return llvm::Error::success();
         }
-        if (key == "recompute")
-          return setRecompute(what, value, c.recompute);
-        auto sync = setGradSyncKey(what, key, value, c.overlapGradReduce,
-                                   c.overlapParamGather, c.bucketSize);
-        if (!sync)
-          return sync.takeError();
-        if (*sync)
+        auto common = setCommonKey(what, key, value, c);
+        if (!common)
+          return common.takeError();
+        if (*common)
           return llvm::Error::success();
         if (key == "schedule") {
           auto sc = parseSchedule(value);
@@ -244,13 +242,10 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
   const char *what = "fsdp";
   auto err = forEachKey(
       what, keys, [&](llvm::StringRef key, llvm::StringRef value) -> llvm::Error {
-        if (key == "recompute")
-          return setRecompute(what, value, c.recompute);
-        auto sync = setGradSyncKey(what, key, value, c.overlapGradReduce,
-                                   c.overlapParamGather, c.bucketSize);
-        if (!sync)
-          return sync.takeError();
-        if (*sync)
+        auto common = setCommonKey(what, key, value, c);
+        if (!common)
+          return common.takeError();
+        if (*common)
           return llvm::Error::success();
         auto v = positive(what, key, value);
         if (!v)

@@ -169,25 +169,25 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                                     const CheckGiven &given) {
   std::vector<CheckFinding> out;
   auto add = [&](std::string what) { out.push_back({std::move(what)}); };
-  if (p.inputs.modelSha256 != modelSha256)
-    add(given.modelPath.empty()
-            ? fmt::format("model {} changed: SHA-256 {} in the plan, {} now",
-                          p.inputs.modelPath, p.inputs.modelSha256,
-                          modelSha256.str())
-            : fmt::format("model {} was given, but the plan was made for {} "
+  // An input file whose SHA-256 differs from the plan's: the plan's own
+  // file changed, or another file was given.
+  auto file = [&](const char *kind, llvm::StringRef planPath,
+                  llvm::StringRef planSha, llvm::StringRef givenPath,
+                  llvm::StringRef sha) {
+    if (planSha == sha)
+      return;
+    add(givenPath.empty()
+            ? fmt::format("{} {} changed: SHA-256 {} in the plan, {} now", kind,
+                          planPath.str(), planSha.str(), sha.str())
+            : fmt::format("{} {} was given, but the plan was made for {} "
                           "(SHA-256 {} in the plan, {} given)",
-                          given.modelPath, p.inputs.modelPath,
-                          p.inputs.modelSha256, modelSha256.str()));
-  if (p.inputs.topologySha256 != topologySha256)
-    add(given.topologyPath.empty()
-            ? fmt::format("topology {} changed: SHA-256 {} in the plan, {} "
-                          "now",
-                          p.inputs.topologyPath, p.inputs.topologySha256,
-                          topologySha256.str())
-            : fmt::format("topology {} was given, but the plan was made for "
-                          "{} (SHA-256 {} in the plan, {} given)",
-                          given.topologyPath, p.inputs.topologyPath,
-                          p.inputs.topologySha256, topologySha256.str()));
+                          kind, givenPath.str(), planPath.str(), planSha.str(),
+                          sha.str()));
+  };
+  file("model", p.inputs.modelPath, p.inputs.modelSha256, given.modelPath,
+       modelSha256);
+  file("topology", p.inputs.topologyPath, p.inputs.topologySha256,
+       given.topologyPath, topologySha256);
   if (p.inputs.batch != batch)
     add(given.batch ? fmt::format("batch {} was given, but the plan was made "
                                   "for batch {}",

@@ -21,8 +21,22 @@ namespace soap {
 enum class RecomputeMode : uint8_t { None, Selective, Full };
 llvm::StringRef recomputeModeName(RecomputeMode r);
 
+/// The keys every what-if takes (Megatron-LM's argument names in
+/// comments; Megatron-Core's DistributedDataParallelConfig for the
+/// gradient synchronisation).
+struct WhatIfCommon {
+  RecomputeMode recompute = RecomputeMode::None; ///< --recompute-granularity
+  /// --overlap-grad-reduce (default on, as NeMo's published runs).
+  bool overlapGradReduce = true;
+  /// --overlap-param-gather: given, or by default on where the optimizer
+  /// state is sharded and the gradient reduction overlapped.
+  std::optional<bool> overlapParamGather;
+  /// --ddp-bucket-size in parameters; 0: Megatron's default.
+  int64_t bucketSize = 0;
+};
+
 /// Megatron-LM's settings (its argument names in comments).
-struct MegatronConfig {
+struct MegatronConfig : WhatIfCommon {
   int32_t tp = 1;         ///< --tensor-model-parallel-size
   int32_t pp = 1;         ///< --pipeline-model-parallel-size
   int32_t vp = 1;         ///< --virtual-pipeline-model-parallel-size:
@@ -31,16 +45,8 @@ struct MegatronConfig {
   int64_t mbs = 1;        ///< --micro-batch-size
   bool sp = false;        ///< --sequence-parallel
   bool distopt = false;   ///< --use-distributed-optimizer (ZeRO-1)
-  RecomputeMode recompute = RecomputeMode::None; ///< --recompute-granularity
   /// 1f1b (interleaved when vp > 1), zb-h1 or gpipe.
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  /// --overlap-grad-reduce (default on, as NeMo's published runs).
-  bool overlapGradReduce = true;
-  /// --overlap-param-gather: given, or by default on with the distributed
-  /// optimizer and overlapped gradient reduction (which Megatron requires).
-  std::optional<bool> overlapParamGather;
-  /// --ddp-bucket-size in parameters; 0: Megatron's default.
-  int64_t bucketSize = 0;
   /// The gradient synchronisation these settings give.
   GradSync gradSync() const;
   /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1", and
@@ -49,16 +55,12 @@ struct MegatronConfig {
   std::string str() const;
 };
 
-/// FSDP / ZeRO data parallelism over every device.
-struct FsdpConfig {
+/// FSDP / ZeRO data parallelism over every device; overlap_param_gather
+/// only for zero=1|2 (ZeRO-3 gathers the weights before every use,
+/// prefetched).
+struct FsdpConfig : WhatIfCommon {
   int zero = 3;
   int64_t mbs = 0; ///< 0: the whole per-device batch at once
-  RecomputeMode recompute = RecomputeMode::None;
-  /// As MegatronConfig's; overlap_param_gather only for zero=1|2 (ZeRO-3
-  /// gathers the weights before every use, prefetched).
-  bool overlapGradReduce = true;
-  std::optional<bool> overlapParamGather;
-  int64_t bucketSize = 0;
 };
 
 /// Parses the keys after "megatron:" ("tp=4,pp=8,..."); unknown keys and

@@ -29,7 +29,8 @@ import torch  # noqa: E402
 import decoder  # noqa: E402
 import export  # noqa: E402
 from gpt3 import mark_external  # noqa: E402
-from gpt3_pattern import first_difference, pattern  # noqa: E402
+from gpt3_pattern import (compare_patterns, first_difference,  # noqa: E402
+                          pattern, report_same)
 
 C = decoder.Config
 CONFIGS = [
@@ -66,17 +67,8 @@ def main():
                                    2)
         made = decoder.build(c)
         mark_external(made, "absent.weights")
-        want = pattern(real)
-        try:
-            got = pattern(made)
-        except onnx.shape_inference.InferenceError as e:
-            print("ILL-TYPED: %s: decoder.py's graph: %s"
-                  % (what, str(e).splitlines()[0]))
-            failed = True
-            continue
-        diff = first_difference(want, got)
-        if diff:
-            print("DIFFERENT OP PATTERN: %s: %s" % (what, diff))
+        want = compare_patterns(what, real, made, "decoder.py")
+        if want is None:
             failed = True
             continue
         formula = decoder.decoder_params(c)
@@ -96,10 +88,7 @@ def main():
         if first_difference(want, pattern(bad)) is None:
             print("VACUOUS: %s: a changed Softmax axis compares equal" % what)
             failed = True
-        ops = sum(1 for _, k in want if k[0] == "node")
-        inits = sum(1 for _, k in want if k[0] == "initializer")
-        print("SAME OP PATTERN: %s: %d nodes, %d initializers, %d parameters"
-              " (PyTorch's count)" % (what, ops, inits, n_params))
+        report_same(what, want, n_params)
     sys.exit(1 if failed else 0)
 
 

@@ -116,6 +116,30 @@ def first_difference(a, b):
     return None
 
 
+def compare_patterns(what, real, made, writer):
+    """The op pattern of the export `real`, or None after printing how the
+    graph `writer` made (`made`) is ill-typed or differs from it."""
+    want = pattern(real)
+    try:
+        got = pattern(made)
+    except shape_inference.InferenceError as e:
+        print("ILL-TYPED: %s: %s's graph: %s"
+              % (what, writer, str(e).splitlines()[0]))
+        return None
+    diff = first_difference(want, got)
+    if diff:
+        print("DIFFERENT OP PATTERN: %s: %s" % (what, diff))
+        return None
+    return want
+
+
+def report_same(what, want, n_params):
+    ops = sum(1 for _, k in want if k[0] == "node")
+    inits = sum(1 for _, k in want if k[0] == "initializer")
+    print("SAME OP PATTERN: %s: %d nodes, %d initializers, %d parameters"
+          " (PyTorch's count)" % (what, ops, inits, n_params))
+
+
 def main():
     torch.set_num_threads(1)
     failed = False
@@ -129,17 +153,8 @@ def main():
         gpt3.mark_external(made, "absent.weights")
         what = "GPT(vocab %d, d %d, layers %d, heads %d, ctx %d)" % (
             vocab, d, layers, heads, ctx)
-        want = pattern(real)
-        try:
-            got = pattern(made)
-        except shape_inference.InferenceError as e:
-            print("ILL-TYPED: %s: gpt3.py's graph: %s"
-                  % (what, str(e).splitlines()[0]))
-            failed = True
-            continue
-        diff = first_difference(want, got)
-        if diff:
-            print("DIFFERENT OP PATTERN: %s: %s" % (what, diff))
+        want = compare_patterns(what, real, made, "gpt3.py")
+        if want is None:
             failed = True
             continue
         formula = gpt3.gpt_params(vocab, d, layers, ctx)
@@ -166,10 +181,7 @@ def main():
                 print("VACUOUS: %s: a model with a changed %s compares "
                       "equal" % (what, mutate))
                 failed = True
-        ops = sum(1 for _, k in want if k[0] == "node")
-        inits = sum(1 for _, k in want if k[0] == "initializer")
-        print("SAME OP PATTERN: %s: %d nodes, %d initializers, %d parameters"
-              " (PyTorch's count)" % (what, ops, inits, n_params))
+        report_same(what, want, n_params)
     sys.exit(1 if failed else 0)
 
 

@@ -162,23 +162,31 @@ struct FtModelBuilder : FtPaths {
     return b;
   }
 
-  /// The split a producer's output `j` has under config `c`.
-  Split outputSplit(const OpSemantics &sem, int j, const FtConfig &c) const {
-    const TensorMap &tm = sem.outputs[j];
+  /// The split of a tensor indexed by `tm` under config `c`: each split
+  /// loop's bits on the dim it indexes, or, where it indexes none, in slot r
+  /// (a partial sum, with `partialSums`) or r + 1 (a replica); true
+  /// replicas in slot r + 1.
+  Split splitOf(const TensorMap &tm, const FtConfig &c,
+                bool partialSums) const {
     size_t r = tm.dims.size();
+    size_t unindexed = partialSums ? r : r + 1;
     Split s(r + 2, 0);
     std::vector<int> b = loopBits(c);
     for (size_t l = 0; l < b.size(); ++l) {
       if (!b[l])
         continue;
       int d = dimOf(tm, int(l));
-      if (d >= 0)
-        s[size_t(d)] = uint8_t(s[size_t(d)] + b[l]);
-      else
-        s[r] = uint8_t(s[r] + b[l]); // a reduced loop: partial sums
+      size_t slot = d >= 0 ? size_t(d) : unindexed;
+      s[slot] = uint8_t(s[slot] + b[l]);
     }
     s[r + 1] = uint8_t(s[r + 1] + log2Of(c.replicas));
     return s;
+  }
+
+  /// The split a producer's output `j` has under config `c` (a loop that
+  /// does not index it leaves partial sums).
+  Split outputSplit(const OpSemantics &sem, int j, const FtConfig &c) const {
+    return splitOf(sem.outputs[j], c, true);
   }
 
   /// The split input `i` is needed in under `c`; with `gradient`, the split
@@ -186,21 +194,7 @@ struct FtModelBuilder : FtPaths {
   /// partial sum, true replicas stay replicas).
   Split inputSplit(const OpSemantics &sem, int i, const FtConfig &c,
                    bool gradient) const {
-    const TensorMap &tm = sem.inputs[i];
-    size_t r = tm.dims.size();
-    Split s(r + 2, 0);
-    std::vector<int> b = loopBits(c);
-    for (size_t l = 0; l < b.size(); ++l) {
-      if (!b[l])
-        continue;
-      int d = dimOf(tm, int(l));
-      if (d >= 0)
-        s[size_t(d)] = uint8_t(s[size_t(d)] + b[l]);
-      else
-        s[gradient ? r : r + 1] = uint8_t(s[gradient ? r : r + 1] + b[l]);
-    }
-    s[r + 1] = uint8_t(s[r + 1] + log2Of(c.replicas));
-    return s;
+    return splitOf(sem.inputs[i], c, gradient);
   }
 
   /// Devices that differ from device 0 only in `loops` (and replicas when

@@ -72,3 +72,13 @@ if importlib.util.find_spec("torch") is not None:
 # ONNX's Python package: examples/models' generators (test/cli/zoo).
 if importlib.util.find_spec("onnx") is not None:
     config.available_features.add("onnx")
+# The project virtual environment (scripts/setup.sh --venv): torch 2.x, onnx,
+# onnxruntime and transformers from PyPI, for the programs `soapc emit
+# --target dtensor` writes (run under torchrun), the onnxruntime reference
+# and the transformers exports. %venv-python is its interpreter.
+venv_python = os.path.join(config.soap_src_root, ".venv", "bin", "python")
+if os.path.exists(venv_python):
+    config.available_features.add("venv")
+    config.substitutions.append(("%venv-python", venv_python))
+    config.substitutions.append(("%torchrun", os.path.join(
+        config.soap_src_root, ".venv", "bin", "torchrun")))

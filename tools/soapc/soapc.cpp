@@ -1,9 +1,10 @@
 // soapc: the command-line driver. Parses its flags into DriverOptions and
 // calls one subcommand of the driver library (lib/Driver).
 //   soapc model.onnx --topology T --search mcmc [-o plan.json]   (search)
-//   soapc compare | simulate | explain | diff | check | frontier | cost |
-//         dump | topo ...
+//   soapc compare | simulate | explain | diff | check | frontier | emit |
+//         cost | dump | topo ...
 #include "soap/Driver/Commands.h"
+#include "soap/Emit/Emit.h"
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Logging.h"
@@ -52,6 +53,11 @@ static cl::SubCommand
                     "and the predicted effect of each difference");
 
 static cl::SubCommand
+    emitCmd("emit", "Write a plan for a training engine: Megatron-LM "
+                    "arguments, a NeMo YAML override, torchtitan TOML "
+                    "sections, or a PyTorch DTensor program");
+
+static cl::SubCommand
     frontierCmd("frontier",
                 "TensorOpt's cost frontier of iteration time against memory "
                 "per device (frontier tracking), every point re-scored by "
@@ -70,12 +76,13 @@ static cl::SubCommand
 
 static cl::opt<std::string> planPath(cl::Positional, cl::Required,
                                      cl::desc("<plan.json>"), cl::sub(checkCmd),
-                                     cl::sub(explainCmd), cl::sub(diffCmd));
+                                     cl::sub(explainCmd), cl::sub(diffCmd),
+                                     cl::sub(emitCmd));
 static cl::opt<std::string> otherPlanPath(cl::Positional, cl::Required,
                                           cl::desc("<other-plan.json>"),
                                           cl::sub(diffCmd));
 static cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"),
-                                      SOAP_MODEL_CMDS);
+                                      SOAP_MODEL_CMDS, cl::sub(emitCmd));
 static cl::opt<std::string> topoPath(cl::Positional, cl::Required,
                                      cl::desc("<cluster.json>"),
                                      cl::sub(topoCmd));
@@ -109,7 +116,8 @@ static cl::opt<bool>
 static cl::opt<std::string> topologyOpt("topology",
                                         cl::desc("Cluster description (JSON)"),
                                         cl::value_desc("cluster.json"),
-                                        SOAP_MACHINE_CMDS, cl::cat(soapCat));
+                                        SOAP_MACHINE_CMDS, cl::sub(emitCmd),
+                                        cl::cat(soapCat));
 static cl::opt<std::string> profileOpt(
     "profile",
     cl::desc("Cost database to use (default: profiles/<device>.json of this "
@@ -328,6 +336,16 @@ static cl::opt<unsigned> topOpt("top",
                                 cl::init(10), cl::sub(explainCmd),
                                 cl::cat(soapCat));
 
+/// --target: its description lists the targets (main() sets it from the
+/// registry, lib/Emit).
+static cl::opt<std::string> targetOpt("target", cl::value_desc("name"),
+                                      cl::sub(emitCmd), cl::cat(soapCat));
+static cl::opt<std::string>
+    emitOutputOpt("o",
+                  cl::desc("Write the output here (atomically; default: "
+                           "stdout)"),
+                  cl::value_desc("path"), cl::sub(emitCmd), cl::cat(soapCat));
+
 static cl::opt<bool> verbose("v", cl::desc("Verbose logging"),
                              cl::sub(*cl::AllSubCommands), cl::cat(soapCat));
 static cl::opt<bool> quiet("q", cl::desc("Errors only"),
@@ -373,8 +391,10 @@ static DriverOptions driverOptions() {
   o.chains = chainsOpt;
   o.threads = *threadsOpt;
   o.beta = betaOpt;
-  o.outputPath =
-      frontierCmd ? std::string(ftOutputOpt) : std::string(outputOpt);
+  o.outputPath = frontierCmd ? std::string(ftOutputOpt)
+                 : emitCmd   ? std::string(emitOutputOpt)
+                             : std::string(outputOpt);
+  o.emitTarget = targetOpt;
   o.ftMode = ftModeOpt;
   o.ftJsonPath = ftJsonOpt;
   o.ftSvgPath = ftSvgOpt;
@@ -402,7 +422,7 @@ static int dispatch(const DriverOptions &o);
 /// The subcommands by name.
 static std::vector<cl::SubCommand *> subcommands() {
   return {&dumpCmd,    &topoCmd,    &costCmd, &simulateCmd, &checkCmd,
-          &compareCmd, &explainCmd, &diffCmd, &frontierCmd};
+          &compareCmd, &explainCmd, &diffCmd, &frontierCmd, &emitCmd};
 }
 
 /// What LLVM's parser does not say well, said before it runs: `soapc help
@@ -488,6 +508,10 @@ int main(int argc, char **argv) {
   std::string searchers;
   for (const auto &[name, info] : SearcherRegistry::instance().all())
     searchers += fmt::format("    {:<10} {}\n", name, info.description);
+  std::string targets = "The engine to write the plan for:";
+  for (const EmitTarget &t : emitTargets())
+    targets += fmt::format("\n      {:<10} {}", t.name, t.description);
+  targetOpt.setDescription(targets);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "soapc 0.1.0 — strategy search for distributed DNN training\n";
   });
@@ -508,6 +532,8 @@ int main(int argc, char **argv) {
       "  soapc explain plan.json [model.onnx] [--topology cluster.json] "
       "[--top N] [--dot plan.dot] [--svg plan.svg] [--format table|json]\n"
       "  soapc diff a.json b.json [--format table|json]\n"
+      "  soapc emit plan.json [model.onnx] --target "
+      "megatron|nemo|torchtitan|dtensor [-o PATH]\n"
       "  soapc simulate model.onnx --topology cluster.json "
       "[--strategy data|model|expert|plan.json] [--trace trace.json]\n"
       "  soapc cost model.onnx --topology cluster.json "
@@ -558,6 +584,8 @@ static int dispatch(const DriverOptions &o) {
     err = runExplain(o);
   else if (diffCmd)
     err = runDiff(o);
+  else if (emitCmd)
+    err = runEmit(o);
   else if (!modelPath.empty())
     err = runSearchCommand(o);
   else {

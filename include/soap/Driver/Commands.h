@@ -20,6 +20,8 @@ llvm::Error runCompare(const DriverOptions &o);
 llvm::Error runFrontier(const DriverOptions &o);
 llvm::Error runExplain(const DriverOptions &o);
 llvm::Error runDiff(const DriverOptions &o);
+/// `soapc emit plan.json [model.onnx] --target T [-o PATH]`.
+llvm::Error runEmit(const DriverOptions &o);
 
 } // namespace soap
 

@@ -64,6 +64,9 @@ struct DriverOptions {
   bool research = false;
   std::string tolerance = "2%";
 
+  // emit
+  std::string emitTarget; ///< --target: megatron, nemo, torchtitan, dtensor
+
   // explain
   std::string dotPath, svgPath; ///< the plan graph
   unsigned top = 10;            ///< ops listed by time (0: all)

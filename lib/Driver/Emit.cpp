@@ -25,7 +25,7 @@ llvm::Error runEmit(const DriverOptions &o) {
   if (!ps)
     return ps.takeError();
   const Session &s = *ps->session;
-  EmitContext c{ps->plan,   *s.graph,           *s.topo,
+  EmitContext c{ps->plan,     *s.graph,   *s.topo,
                 ps->strategy, o.planPath, s.options.modelPath};
   auto out = target->emit(c);
   if (!out)

@@ -67,9 +67,8 @@ OpFinding describeDifference(const EmitContext &c, llvm::StringRef engine,
   const OpSemantics &sem = g.op(o).sem;
   const Strategy &s = c.strategy;
   const MegatronConfig &k = best.config;
-  std::string layout =
-      fmt::format("tp={}, cp={}, dp={}{}", k.tp, k.cp, best.dp,
-                  k.sp ? ", sequence parallel" : "");
+  std::string layout = fmt::format("tp={}, cp={}, dp={}{}", k.tp, k.cp, best.dp,
+                                   k.sp ? ", sequence parallel" : "");
   int32_t planStage = s.pipeline.stage(o);
   int32_t builtStage = best.built.pipeline.stage(o);
   if (planStage != builtStage) {
@@ -255,11 +254,10 @@ void readZero(const EmitContext &c, llvm::StringRef engine, EngineLayout &l) {
     if (l.zeroOp < 0) {
       l.zeroOp = op.id;
       l.zero = z;
-    } else if (z != l.zero &&
-               std::none_of(l.findings.begin(), l.findings.end(),
-                            [](const OpFinding &f) {
-                              return f.field == "zero";
-                            })) {
+    } else if (z != l.zero && std::none_of(l.findings.begin(), l.findings.end(),
+                                           [](const OpFinding &f) {
+                                             return f.field == "zero";
+                                           })) {
       l.findings.push_back(
           {op.id, "zero",
            fmt::format("has {}, where op '{}' has {}; {} shards every weight "
@@ -285,8 +283,8 @@ llvm::Error crossCheckWhatIf(const EmitContext &c, const EngineLayout &l) {
     if (!k)
       return withContext(k.takeError(), c.planPath + ": /search/searcher: ");
     bool same = k->tp == l.tp && k->pp == l.pp && k->vp == l.vp &&
-                k->cp == l.cp && k->sp == l.sp &&
-                k->mbs == l.microBatchSize && k->recompute == l.recompute &&
+                k->cp == l.cp && k->sp == l.sp && k->mbs == l.microBatchSize &&
+                k->recompute == l.recompute &&
                 (!dataGroups || k->distopt == (l.zero == 1)) &&
                 (l.pp == 1 || k->schedule == l.schedule);
     return same ? llvm::Error::success() : differs(searcher);

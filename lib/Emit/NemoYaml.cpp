@@ -27,8 +27,9 @@ llvm::Expected<Emitted> emitNemo(const EmitContext &c) {
                                  "(mcore_distributed_optim) is Adam",
                                  optimizer));
   GradSync defaults;
-  if (l.zero != 1 && (l.gradSync.overlapGradReduce != defaults.overlapGradReduce ||
-                      l.gradSync.bucketParams != defaults.bucketParams))
+  if (l.zero != 1 &&
+      (l.gradSync.overlapGradReduce != defaults.overlapGradReduce ||
+       l.gradSync.bucketParams != defaults.bucketParams))
     return planError(c, "/grad_sync",
                      "NeMo takes the gradient overlap and bucket size "
                      "(optim.overlap_grad_sync, optim.ddp_bucket_size) only "
@@ -44,17 +45,16 @@ llvm::Expected<Emitted> emitNemo(const EmitContext &c) {
                    c.planPath);
   y += "trainer:\n";
   y += fmt::format("  devices: {}\n", perNode);
-  y += fmt::format("  num_nodes: {}\n",
-                   std::max<size_t>(1, c.topo.numNodes()));
+  y += fmt::format("  num_nodes: {}\n", std::max<size_t>(1, c.topo.numNodes()));
   y += fmt::format("  precision: {}\n", bf16 ? "bf16-mixed" : "32");
   y += "model:\n";
   y += fmt::format("  micro_batch_size: {}\n", l.microBatchSize);
   y += fmt::format("  global_batch_size: {}\n", l.batch);
   y += fmt::format("  tensor_model_parallel_size: {}\n", l.tp);
   y += fmt::format("  pipeline_model_parallel_size: {}\n", l.pp);
-  y += l.vp > 1 ? fmt::format("  virtual_pipeline_model_parallel_size: {}\n",
-                              l.vp)
-                : "  virtual_pipeline_model_parallel_size: null\n";
+  y += l.vp > 1
+           ? fmt::format("  virtual_pipeline_model_parallel_size: {}\n", l.vp)
+           : "  virtual_pipeline_model_parallel_size: null\n";
   y += fmt::format("  context_parallel_size: {}\n", l.cp);
   y += fmt::format("  sequence_parallel: {}\n", yesNo(l.sp));
   y += fmt::format("  megatron_amp_O2: {}\n", yesNo(bf16));

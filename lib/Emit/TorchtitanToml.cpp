@@ -113,9 +113,9 @@ llvm::Expected<Emitted> emitTorchtitan(const EmitContext &c) {
     return llvm::Error(std::move(err));
   const std::string &optimizer = c.plan.inputs.optimizer;
   if (optimizer != "adam")
-    return planError(c, "/search/optimizer",
-                     fmt::format("{}: torchtitan builds Adam and AdamW only",
-                                 optimizer));
+    return planError(
+        c, "/search/optimizer",
+        fmt::format("{}: torchtitan builds Adam and AdamW only", optimizer));
   if (l.pp > 1 && l.schedule == PipelineSchedule::ZbH1)
     return planError(c, "/pipeline/schedule",
                      "zb-h1: torchtitan's zero-bubble schedules "

@@ -43,11 +43,11 @@ struct OpFinding {
 /// The settings that rebuild a plan's layout.
 struct EngineLayout {
   int32_t tp = 1, pp = 1, vp = 1, cp = 1;
-  bool sp = false;             ///< sequence parallelism
-  int64_t dp = 1;              ///< data-parallel ranks
-  int64_t batch = 0;           ///< global batch
-  int32_t microBatches = 1;    ///< per iteration, per data-parallel rank
-  int64_t microBatchSize = 0;  ///< batch / (dp x microBatches)
+  bool sp = false;            ///< sequence parallelism
+  int64_t dp = 1;             ///< data-parallel ranks
+  int64_t batch = 0;          ///< global batch
+  int32_t microBatches = 1;   ///< per iteration, per data-parallel rank
+  int64_t microBatchSize = 0; ///< batch / (dp x microBatches)
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   RecomputeMode recompute = RecomputeMode::None;
   /// The ZeRO stage of every op whose weights a data-parallel group holds

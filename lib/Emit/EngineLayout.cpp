@@ -136,6 +136,31 @@ OpFinding describeDifference(const EmitContext &c, llvm::StringRef engine,
                       engine.str(), layout, e.str(sem))};
 }
 
+/// The tensor and context degrees a Megatron layout of the plan would have:
+/// the most ways any op splits its parameter loops (the column-parallel
+/// matmuls), and the ways the first attention op splits its query loop.
+std::pair<int64_t, int64_t> suggestedDegrees(const EmitContext &c) {
+  int64_t tensor = 1, context = 1;
+  bool attention = false;
+  for (const Op &op : c.graph.ops()) {
+    const OpConfig &cfg = c.strategy.configs[size_t(op.id)];
+    int64_t p = 1;
+    for (size_t l = 0; l < op.sem.loops.size(); ++l)
+      if (op.sem.loops[l].cls == DimClass::Parameter)
+        p *= cfg.degree[l];
+    tensor = std::max(tensor, p);
+    if (!attention && isAttentionOp(op)) {
+      attention = true;
+      int q = loopNamed(op.sem, "q");
+      if (q < 0 && op.sem.loops.size() == 4)
+        q = 2; // an eager [batch, heads, q, k] softmax
+      if (q >= 0)
+        context = cfg.degree[size_t(q)];
+    }
+  }
+  return {tensor, context};
+}
+
 /// The tensor and context degrees (and sequence parallelism) of the plan,
 /// with `l`'s pipeline: the layout each candidate builds, compared op for
 /// op; the first that matches, else the one that matches longest. An error
@@ -149,40 +174,48 @@ llvm::Expected<Candidate> matchLayout(const EmitContext &c,
   std::optional<Candidate> best;
   std::string firstReason;
   bool tried = false;
-  for (int64_t t : divisors(int64_t(topo.devicesPerNode()))) {
-    if (devices % (t * l.pp) != 0)
-      continue;
-    for (int64_t cp : divisors(devices / (t * l.pp)))
-      for (bool sp : {false, true}) {
-        if (sp && t < 2)
-          continue;
-        int64_t dp = devices / (t * l.pp * cp);
-        if (l.batch % (dp * l.microBatches) != 0)
-          continue;
-        tried = true;
-        Candidate cand;
-        cand.config.tp = int32_t(t);
-        cand.config.pp = l.pp;
-        cand.config.vp = l.vp;
-        cand.config.cp = int32_t(cp);
-        cand.config.sp = sp;
-        cand.config.mbs = l.batch / (dp * l.microBatches);
-        cand.dp = dp;
-        auto built = megatronConfigStrategy(g, topo, cand.config);
-        if (!built) {
-          std::string why = builderReason(built.takeError());
-          if (firstReason.empty())
-            firstReason = why;
-          continue;
-        }
-        cand.built = std::move(*built);
-        cand.matched = firstDifference(g, c.strategy, cand.built);
-        if (cand.matched == g.numOps())
-          return cand;
-        if (!best || cand.matched > best->matched)
-          best = std::move(cand);
+  // The degrees to try: those the plan suggests first (the widest split of
+  // parameter loops is the tensor degree, the attention's query split the
+  // context degree), then every other, smallest first.
+  std::vector<std::pair<int64_t, int64_t>> degrees;
+  for (int64_t t : divisors(int64_t(topo.devicesPerNode())))
+    if (devices % (t * l.pp) == 0)
+      for (int64_t cp : divisors(devices / (t * l.pp)))
+        degrees.push_back({t, cp});
+  std::pair<int64_t, int64_t> guess = suggestedDegrees(c);
+  auto it = std::find(degrees.begin(), degrees.end(), guess);
+  if (it != degrees.end())
+    std::rotate(degrees.begin(), it, it + 1);
+  for (auto [t, cp] : degrees)
+    for (bool sp : {false, true}) {
+      if (sp && t < 2)
+        continue;
+      int64_t dp = devices / (t * l.pp * cp);
+      if (l.batch % (dp * l.microBatches) != 0)
+        continue;
+      tried = true;
+      Candidate cand;
+      cand.config.tp = int32_t(t);
+      cand.config.pp = l.pp;
+      cand.config.vp = l.vp;
+      cand.config.cp = int32_t(cp);
+      cand.config.sp = sp;
+      cand.config.mbs = l.batch / (dp * l.microBatches);
+      cand.dp = dp;
+      auto built = megatronConfigStrategy(g, topo, cand.config);
+      if (!built) {
+        std::string why = builderReason(built.takeError());
+        if (firstReason.empty())
+          firstReason = why;
+        continue;
       }
-  }
+      cand.built = std::move(*built);
+      cand.matched = firstDifference(g, c.strategy, cand.built);
+      if (cand.matched == g.numOps())
+        return cand;
+      if (!best || cand.matched > best->matched)
+        best = std::move(cand);
+    }
   if (!tried)
     return planError(c, "/pipeline/micro_batches",
                      fmt::format("the batch of {} does not split into {} "

@@ -337,6 +337,9 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   if (p > 1)
     s.pipeline.stageOf = layerStages(g, p);
   s.configs = megatronStagedConfigs(g, s.pipeline, t, d, shape.sequence);
+  // With sequence parallelism its collectives overlap the GEMMs, as in
+  // NeMo's recipes (MegatronConfig::tpCommOverlap's default).
+  s.gradSync.tpCommOverlap = shape.sequence;
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

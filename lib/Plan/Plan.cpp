@@ -151,6 +151,8 @@ Json planToJson(const Plan &p) {
     j["grad_sync"] = {{"overlap_grad_reduce", p.gradSync.overlapGradReduce},
                       {"overlap_param_gather", p.gradSync.overlapParamGather},
                       {"bucket_size", p.gradSync.bucketParams}};
+  if (p.gradSync.tpCommOverlap)
+    j["grad_sync"]["tp_comm_overlap"] = true;
   Json ops = Json::array();
   for (const PlanOp &po : p.ops) {
     Json loops = Json::object();
@@ -551,11 +553,12 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     SOAP_PLAN_TRY(gs, r_.object(j, "", "grad_sync"));
     if (auto err = knownKeys(*gs, "/grad_sync",
                              {"overlap_grad_reduce", "overlap_param_gather",
-                              "bucket_size"}))
+                              "bucket_size", "tp_comm_overlap"}))
       return err;
     for (auto [k, field] :
          {std::pair{"overlap_grad_reduce", &p.gradSync.overlapGradReduce},
-          {"overlap_param_gather", &p.gradSync.overlapParamGather}}) {
+          {"overlap_param_gather", &p.gradSync.overlapParamGather},
+          {"tp_comm_overlap", &p.gradSync.tpCommOverlap}}) {
       if (!gs->contains(k))
         continue;
       SOAP_PLAN_TRY(v, boolean(*gs, "/grad_sync", k));

@@ -563,13 +563,14 @@ llvm::Error TaskGraph::buildOp(OpId o) {
                                             : Collective::AllReduce);
         tasks_[t].microBatch = mb;
         ot.own.push_back(t);
-        ot.sums.push_back({t, mb, int32_t(j), gi, false, std::move(devs)});
         for (int64_t k : mem[size_t(gi)]) {
           for (int32_t r = 0; r < reps; ++r)
             link(fwdReady[size_t(mb * per + k * reps + r)], t);
           ot.fwdOut[size_t(mb) * outs * size_t(tiles) + j * size_t(tiles) +
                     size_t(k)] = t;
         }
+        overlapTensorParallel(t, devs, o, sumGemms(o, mb, mem[size_t(gi)]));
+        ot.sums.push_back({t, mb, int32_t(j), gi, false, std::move(devs)});
       }
   }
   return llvm::Error::success();

@@ -149,7 +149,8 @@ std::optional<WeightGradOrder> parseWeightGradOrder(llvm::StringRef name);
 
 /// How the runtime synchronises weight gradients over data-parallel groups
 /// (Megatron-Core's DistributedDataParallelConfig; the defaults are NeMo's
-/// GPT-3 175B recipe). A runtime choice, not a numerical one: every setting
+/// GPT-3 175B recipe), and whether it overlaps tensor-parallel
+/// communication with GEMMs. A runtime choice, not a numerical one: every setting
 /// computes the same weights.
 struct GradSync {
   /// --overlap-grad-reduce: each bucket's all-reduce or reduce-scatter
@@ -168,10 +169,19 @@ struct GradSync {
   /// stage (or model chunk) has one bucket per data-parallel group, its
   /// communication being off the critical path.
   int64_t bucketParams = 0;
+  /// Megatron-Core's tp_comm_overlap (Transformer Engine's userbuffers,
+  /// which needs sequence parallelism): a tensor-parallel group's
+  /// all-gather before a GEMM, and its reduce-scatter after one, are split
+  /// into one chunk per device and pipelined with the GEMM's chunks, in the
+  /// forward pass and in the backward-data pass of the row-parallel GEMM
+  /// (TaskGraph::tpOverlapTime). Only within a node (userbuffers needs
+  /// NVLink). Not a gradient setting, but like the others a runtime choice
+  /// that computes the same weights.
+  bool tpCommOverlap = false;
   bool operator==(const GradSync &o) const {
     return overlapGradReduce == o.overlapGradReduce &&
            overlapParamGather == o.overlapParamGather &&
-           bucketParams == o.bucketParams;
+           bucketParams == o.bucketParams && tpCommOverlap == o.tpCommOverlap;
   }
   bool operator!=(const GradSync &o) const { return !(*this == o); }
   /// The bucket size over a data-parallel group of `devices`.

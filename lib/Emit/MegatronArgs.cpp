@@ -29,6 +29,8 @@ llvm::Expected<Emitted> emitMegatron(const EmitContext &c) {
   add(fmt::format("--context-parallel-size {}", l.cp));
   if (l.sp)
     add("--sequence-parallel");
+  if (l.gradSync.tpCommOverlap)
+    add("--tp-comm-overlap");
   add(fmt::format("--micro-batch-size {}", l.microBatchSize));
   add(fmt::format("--global-batch-size {}", l.batch));
   if (l.recompute == RecomputeMode::Selective) {

@@ -31,6 +31,13 @@ llvm::Error checkMegatronFamily(const EmitContext &c, const EngineLayout &l,
                                  "the gradient reduction is not; {} overlaps "
                                  "the one only with the other",
                                  engine.str()));
+  if (l.gradSync.tpCommOverlap && !l.sp)
+    return planError(c, "/grad_sync/tp_comm_overlap",
+                     fmt::format("tensor-parallel communication overlapped "
+                                 "with GEMMs needs sequence parallelism, and "
+                                 "{} overlaps only its all-gathers and "
+                                 "reduce-scatters",
+                                 engine.str()));
   return llvm::Error::success();
 }
 

@@ -11,8 +11,9 @@ namespace soap {
 /// Errors (exit 2) for what neither engine runs: the earliest op of the
 /// layout's findings and of ZeRO-2/3 (their distributed optimizer shards
 /// the optimizer state only); then a pipeline schedule other than 1F1B
-/// (interleaved with virtual stages), and an overlapped parameter
-/// all-gather without overlapped gradient reduction.
+/// (interleaved with virtual stages), an overlapped parameter all-gather
+/// without overlapped gradient reduction, and tensor-parallel
+/// communication overlap without sequence parallelism.
 llvm::Error checkMegatronFamily(const EmitContext &c, const EngineLayout &l,
                                 llvm::StringRef engine);
 

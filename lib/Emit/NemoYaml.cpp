@@ -57,6 +57,8 @@ llvm::Expected<Emitted> emitNemo(const EmitContext &c) {
            : "  virtual_pipeline_model_parallel_size: null\n";
   y += fmt::format("  context_parallel_size: {}\n", l.cp);
   y += fmt::format("  sequence_parallel: {}\n", yesNo(l.sp));
+  y += fmt::format("  ub_tp_comm_overlap: {}\n",
+                   yesNo(l.gradSync.tpCommOverlap));
   y += fmt::format("  megatron_amp_O2: {}\n", yesNo(bf16));
   switch (l.recompute) {
   case RecomputeMode::None:

@@ -158,6 +158,10 @@ llvm::Expected<Emitted> emitTorchtitan(const EmitContext &c) {
   t += fmt::format("data_parallel_replicate_degree = {}\n", replicate);
   t += fmt::format("data_parallel_shard_degree = {}\n", shard);
   t += fmt::format("tensor_parallel_degree = {}\n", l.tp);
+  // Its async tensor parallelism pipelines the sequence-parallel
+  // all-gathers and reduce-scatters with their matmuls, under compile.
+  if (l.gradSync.tpCommOverlap)
+    t += "enable_async_tensor_parallel = true\n";
   t += fmt::format("context_parallel_degree = {}\n", l.cp);
   t += fmt::format("pipeline_parallel_degree = {}\n", l.pp);
   if (l.pp > 1) {
@@ -174,6 +178,8 @@ llvm::Expected<Emitted> emitTorchtitan(const EmitContext &c) {
     t += fmt::format("pipeline_parallel_microbatch_size = {}\n",
                      l.microBatchSize);
   }
+  if (l.gradSync.tpCommOverlap)
+    t += "\n[compile]\nenable = true\n";
   t += "\n[activation_checkpoint]\n";
   t += fmt::format("mode = \"{}\"\n",
                    l.recompute == RecomputeMode::Full ? "full" : "none");

@@ -69,6 +69,8 @@ def expected_args(plan, keys, shape):
             shape["layers"] // (pp * vp))
     if keys["sp"] == "1":
         exp["--sequence-parallel"] = True
+    if keys.get("tp_comm_overlap", keys["sp"]) == "1":
+        exp["--tp-comm-overlap"] = True
     if keys["recompute"] == "selective":
         exp["--recompute-granularity"] = "selective"
     elif keys["recompute"] == "full":

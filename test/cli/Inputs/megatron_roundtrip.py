@@ -31,6 +31,7 @@ def what_if(args):
         per_chunk = int(args["--num-layers-per-virtual-pipeline-stage"])
         keys["vp"] = str(layers // (int(keys["pp"]) * per_chunk))
     keys["sp"] = "1" if "--sequence-parallel" in args else "0"
+    keys["tp_comm_overlap"] = "1" if "--tp-comm-overlap" in args else "0"
     keys["recompute"] = args.get("--recompute-granularity", "none")
     distopt = "--use-distributed-optimizer" in args
     keys["distopt"] = "1" if distopt else "0"

@@ -404,6 +404,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   s.gradSync = c.gradSync();
+  s.vocabPadding = megatronVocabPadding(g);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

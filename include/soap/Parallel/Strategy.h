@@ -225,10 +225,18 @@ struct Strategy {
   /// How weight gradients are bucketed and overlapped (TaskGraph's
   /// buckets).
   GradSync gradSync;
+  /// Megatron-LM's --make-vocab-size-divisible-by: the runtime pads the
+  /// vocabulary V to a multiple of this times the degree d its loop is split
+  /// by, so every op's loop of V's size (vocabularyLoops: the embedding,
+  /// the LM head, the loss) runs on V' / d columns per tile, which keeps
+  /// the LM head's GEMM aligned. Priced in kernel times only (the padded
+  /// 0.1-1% of the LM head's weights is not counted in memory). 0: none.
+  int32_t vocabPadding = 0;
   bool operator==(const Strategy &o) const {
     return configs == o.configs && pipeline == o.pipeline &&
            recompute == o.recompute && zero == o.zero &&
-           weightGrad == o.weightGrad && gradSync == o.gradSync;
+           weightGrad == o.weightGrad && gradSync == o.gradSync &&
+           vocabPadding == o.vocabPadding;
   }
 };
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -644,6 +645,9 @@ private:
   /// it is not recomputed, or first recomputed by its own backward).
   std::vector<OpId> recomputedUntil_;
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
+  /// vocabularyLoops(graph), found at the first kernel a padded
+  /// vocabulary (Strategy::vocabPadding) could change.
+  std::optional<std::vector<int>> vocabLoops_;
 };
 
 } // namespace soap

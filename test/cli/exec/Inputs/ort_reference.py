@@ -196,7 +196,7 @@ def compare(model_path, fwd_dir):
     if len(fwd["outputs"]) != 1 and len(fwd["outputs"]) != len(names):
         return False, ("soap-run dumped %d outputs, the graph has %d"
                        % (len(fwd["outputs"]), len(names)))
-    worst = 0.0
+    worst, top = 0.0, 0.0
     shapes = []
     for out, ref in zip(fwd["outputs"], got):
         ref = np.asarray(ref, np.float64)
@@ -210,6 +210,7 @@ def compare(model_path, fwd_dir):
             return False, "output %s: soap-run's is not finite" % out["name"]
         err = float(np.abs(mine - ref).max()) / scale
         worst = max(worst, err)
+        top = max(top, float(np.abs(ref).max()))
         shapes.append("%s [%s]" % (out["name"],
                                    ", ".join(map(str, ref.shape))))
         if err > TOLERANCE:
@@ -219,8 +220,8 @@ def compare(model_path, fwd_dir):
                            "(onnxruntime), %.2g of its scale %.4g"
                            % (out["name"], list(map(int, at)), mine[at],
                               ref[at], err, scale))
-    return True, "%s, max difference %.1e of scale" % (", ".join(shapes),
-                                                      worst)
+    return True, "%s, largest %.3g, max difference %.1e of scale" % (
+        ", ".join(shapes), top, worst)
 
 
 def skip_reason(path, max_params):

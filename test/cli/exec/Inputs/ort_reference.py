@@ -21,10 +21,11 @@ arithmetic on batch statistics in ONNX primitives (mean and biased
 variance over every axis but the channel), because soap-run trains every
 BatchNormalization with batch statistics (docs/soap-run.md) and
 onnxruntime's CPU kernel computes no training mode. Match: every element
-within 1e-4 of the output's largest magnitude (at least 1) — float32
-rounding that differs in summation order, never a wrong index map or
-kernel, which moves outputs by their own size. Prints one line; exits 1
-on a difference.
+within 1e-4 of the output's largest magnitude — float32 rounding that
+differs in summation order, never a wrong index map or kernel, which moves
+outputs by their own size. onnxruntime's outputs are written beside
+soap-run's (FORWARD_DIR/onnxruntime/, the same file names). Prints one
+line; exits 1 on a difference.
 
 `run` does both for each model: a model whose initializers are external
 data that is not there (the shape-only GPT-3 and Llama 3 files) or with
@@ -180,7 +181,7 @@ def compare(model_path, fwd_dir):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 3  # no warning per unused running statistic
     sess = ort.InferenceSession(model.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
     drawn = {i["name"]: i for i in fwd["inputs"]}
@@ -205,7 +206,10 @@ def compare(model_path, fwd_dir):
                            % (out["name"], out["shape"], list(ref.shape)))
         mine = load_f32(os.path.join(fwd_dir, out["file"]), out["shape"],
                         np.float64)
-        scale = max(1.0, float(np.abs(ref).max()))
+        scale = float(np.abs(ref).max()) or 1.0
+        os.makedirs(os.path.join(fwd_dir, "onnxruntime"), exist_ok=True)
+        ref.astype("<f4").tofile(os.path.join(fwd_dir, "onnxruntime",
+                                              out["file"]))
         if not np.isfinite(mine).all():
             return False, "output %s: soap-run's is not finite" % out["name"]
         err = float(np.abs(mine - ref).max()) / scale

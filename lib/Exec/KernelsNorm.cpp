@@ -115,43 +115,48 @@ void normForward(KernelCtx &ctx) {
   auto iter = [&](Task &t, const Buf &r) {
     return on.iter(sem, rows, t, r.box);
   };
-  std::vector<Buf> mean = rowBufs(ctx, keep, 0);
-  for (size_t k = 0; k < ctx.tasks.size() && !on.rms; ++k) {
-    Task &t = ctx.tasks[k];
-    const float *x = t.in[0].data.data();
-    float *m = mean[k].data.data();
-    iter(t, mean[k])
-        .runRows(t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
-          if (st[1] == 0) {
-            float acc = 0;
+  // Each tile's row sums run in double and are stored once as float: a
+  // BatchNorm channel sums tens of thousands of elements, where a float
+  // running sum loses digits that onnxruntime's and PyTorch's blocked
+  // sums keep.
+  auto rowSums = [&](std::vector<Buf> &sums, auto term) {
+    // term(task, offset in x, offset in the rows): one element's term.
+    for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+      Task &t = ctx.tasks[k];
+      std::vector<double> acc(sums[k].data.size(), 0.0);
+      iter(t, sums[k]).runRows(
+          t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+            if (st[1] == 0) {
+              double a = 0;
+              for (int64_t i = 0; i < n; ++i)
+                a += term(t, o[0] + st[0] * i, o[1]);
+              acc[size_t(o[1])] += a;
+              return;
+            }
             for (int64_t i = 0; i < n; ++i)
-              acc += x[o[0] + st[0] * i];
-            m[o[1]] += acc;
-            return;
-          }
-          for (int64_t i = 0; i < n; ++i)
-            m[o[1] + st[1] * i] += x[o[0] + st[0] * i];
-        });
-  }
+              acc[size_t(o[1] + st[1] * i)] +=
+                  term(t, o[0] + st[0] * i, o[1] + st[1] * i);
+          });
+      for (size_t j = 0; j < acc.size(); ++j)
+        sums[k].data[j] = static_cast<float>(acc[j]);
+    }
+  };
+  std::vector<Buf> mean = rowBufs(ctx, keep, 0);
   if (!on.rms) {
+    rowSums(mean, [](const Task &t, int64_t xo, int64_t) {
+      return double(t.in[0].data[size_t(xo)]);
+    });
     allReduce(ctx, keep, mean, Combine::Sum);
     for (Buf &m : mean)
       for (float &v : m.data)
         v *= inv;
   }
   std::vector<Buf> var = rowBufs(ctx, keep, 0);
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    const float *x = t.in[0].data.data(), *m = mean[k].data.data();
-    float *v = var[k].data.data();
-    iter(t, var[k]).runRows(
-        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
-          for (int64_t i = 0; i < n; ++i) {
-            float d = x[o[0] + st[0] * i] - m[o[1] + st[1] * i];
-            v[o[1] + st[1] * i] += d * d;
-          }
-        });
-  }
+  rowSums(var, [&](const Task &t, int64_t xo, int64_t ro) {
+    const Buf &m = mean[size_t(&t - ctx.tasks.data())];
+    float d = t.in[0].data[size_t(xo)] - m.data[size_t(ro)];
+    return double(d) * double(d);
+  });
   allReduce(ctx, keep, var, Combine::Sum);
   float eps = normEps(ctx.op);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
@@ -188,31 +193,41 @@ void normBackward(KernelCtx &ctx) {
   NormOperands on(ctx.op);
   int si = on.scale, bi = on.bias;
   auto iter = [&](Task &t) { return on.iter(sem, rows, t, t.saved[0].box); };
-  // s1 = sum of dxhat, s2 = sum of dxhat * xhat, per row.
+  // s1 = sum of dxhat, s2 = sum of dxhat * xhat, per row; they and the
+  // scale's and bias's gradients are summed in double (as the forward's
+  // statistics) and added once.
   std::vector<Buf> s1 = rowBufs(ctx, keep, 0), s2 = rowBufs(ctx, keep, 0);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
     const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
     const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data();
     const float *sc = si >= 0 ? t.in[1].data.data() : nullptr;
-    float *a1 = s1[k].data.data(), *a2 = s2[k].data.data();
-    float *dsc = si >= 0 ? t.gin[1].data.data() : nullptr;
-    float *db = bi >= 0 ? t.gin[2].data.data() : nullptr;
+    std::vector<double> a1(s1[k].size(), 0.0), a2(s2[k].size(), 0.0);
+    std::vector<double> dsc(si >= 0 ? t.gin[1].size() : 0, 0.0);
+    std::vector<double> db(bi >= 0 ? t.gin[2].size() : 0, 0.0);
     iter(t).runRows(
         t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
-            int64_t ro = o[1] + st[1] * i;
+            size_t ro = size_t(o[1] + st[1] * i);
             float d = dy[o[2] + st[2] * i];
             float xhat = (x[o[0] + st[0] * i] - mean[ro]) * rstd[ro];
             float g = sc ? d * sc[o[si] + st[si] * i] : d;
             a1[ro] += g;
-            a2[ro] += g * xhat;
-            if (dsc)
-              dsc[o[si] + st[si] * i] += d * xhat;
-            if (db)
-              db[o[bi] + st[bi] * i] += d;
+            a2[ro] += double(g) * double(xhat);
+            if (sc)
+              dsc[size_t(o[si] + st[si] * i)] += double(d) * double(xhat);
+            if (bi >= 0)
+              db[size_t(o[bi] + st[bi] * i)] += d;
           }
         });
+    for (size_t j = 0; j < a1.size(); ++j) {
+      s1[k].data[j] = static_cast<float>(a1[j]);
+      s2[k].data[j] = static_cast<float>(a2[j]);
+    }
+    for (size_t j = 0; j < dsc.size(); ++j)
+      t.gin[1].data[j] += static_cast<float>(dsc[j]);
+    for (size_t j = 0; j < db.size(); ++j)
+      t.gin[2].data[j] += static_cast<float>(db[j]);
   }
   if (!on.rms)
     allReduce(ctx, keep, s1, Combine::Sum);

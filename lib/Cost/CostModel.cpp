@@ -176,6 +176,10 @@ std::string CostModel::fitKey(llvm::StringRef kind, DType t) {
   return kind.str() + "|" + dtypeKey(t);
 }
 
+bool isGemmKind(llvm::StringRef kind) {
+  return kind == "MatMul" || kind == "Gemm";
+}
+
 namespace {
 
 /// Tensor-core GEMMs need every operand's leading dimension a multiple of
@@ -185,10 +189,6 @@ namespace {
 /// why Megatron-LM pads its vocabulary (--make-vocab-size-divisible-by).
 constexpr int64_t kGemmAlignment = 8;
 const char *const kUnaligned = "|unaligned";
-
-bool isGemmKind(llvm::StringRef kind) {
-  return kind == "MatMul" || kind == "Gemm";
-}
 
 /// Kernels whose half-precision time is the tensor cores' (the ones a
 /// power-limited clock slows: DeviceSpec::sustainedTensorRatio).

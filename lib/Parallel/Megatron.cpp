@@ -105,6 +105,42 @@ int queryLoop(const Op &op) {
 
 } // namespace
 
+std::vector<int> vocabularyLoops(const Graph &g) {
+  std::vector<int> out(g.numOps(), -1);
+  // The loss's class loop: the one its softmax's statistics reduce.
+  int64_t vocab = 0;
+  for (const Op &op : g.ops())
+    if (op.kind == "SoftmaxCrossEntropyLoss")
+      for (const LoopDim &l : op.sem.loops)
+        if (l.statReduced)
+          vocab = l.size;
+  // A vocabulary only where a token embedding has that many rows (a
+  // classifier's classes are not padded).
+  bool embedded = false;
+  for (const Op &op : g.ops())
+    if (op.kind == "Gather" && !op.inputs.empty() &&
+        op.inputs[0] != kNoValue && isWeightInput(op.sem, 0)) {
+      const std::vector<int64_t> &dims = g.value(op.inputs[0]).shape.dims;
+      embedded = embedded || (!dims.empty() && dims[0] == vocab);
+    }
+  if (vocab <= 1 || !embedded)
+    return out;
+  for (const Op &op : g.ops())
+    for (size_t l = 0; l < op.sem.loops.size(); ++l)
+      if (op.sem.loops[l].size == vocab) {
+        out[size_t(op.id)] = int(l);
+        break;
+      }
+  return out;
+}
+
+int32_t megatronVocabPadding(const Graph &g) {
+  std::vector<int> loops = vocabularyLoops(g);
+  return std::any_of(loops.begin(), loops.end(), [](int l) { return l >= 0; })
+             ? kMegatronVocabPadding
+             : 0;
+}
+
 std::vector<int> sequenceLoops(const Graph &g) {
   // Per value, its sequence dim: seeded from the attention's query loop,
   // then carried through the ops' index maps both ways until nothing
@@ -337,6 +373,10 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   if (p > 1)
     s.pipeline.stageOf = layerStages(g, p);
   s.configs = megatronStagedConfigs(g, s.pipeline, t, d, shape.sequence);
+  // With sequence parallelism its collectives overlap the GEMMs, as in
+  // NeMo's recipes (MegatronConfig::tpCommOverlap's default).
+  s.gradSync.tpCommOverlap = shape.sequence;
+  s.vocabPadding = megatronVocabPadding(g);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

@@ -37,6 +37,8 @@ std::string MegatronConfig::str() const {
     s += fmt::format(",overlap_param_gather={}", int(*overlapParamGather));
   if (bucketSize > 0)
     s += fmt::format(",bucket_size={}", bucketSize);
+  if (tpCommOverlap)
+    s += fmt::format(",tp_comm_overlap={}", int(*tpCommOverlap));
   return s;
 }
 
@@ -46,6 +48,7 @@ GradSync MegatronConfig::gradSync() const {
   g.overlapParamGather =
       overlapParamGather.value_or(distopt && overlapGradReduce);
   g.bucketParams = bucketSize;
+  g.tpCommOverlap = tpCommOverlap.value_or(sp);
   return g;
 }
 
@@ -197,6 +200,13 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
           (key == "sp" ? c.sp : c.distopt) = *f;
           return llvm::Error::success();
         }
+        if (key == "tp_comm_overlap") {
+          auto f = flag(what, key, value);
+          if (!f)
+            return f.takeError();
+          c.tpCommOverlap = *f;
+          return llvm::Error::success();
+        }
         auto common = setCommonKey(what, key, value, c);
         if (!common)
           return common.takeError();
@@ -226,7 +236,7 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
         } else {
           return inputError("--strategy megatron: unknown key '{}' (keys: tp, "
                             "pp, vp, cp, mbs, sp, recompute, distopt, "
-                            "schedule, overlap_grad_reduce, "
+                            "schedule, tp_comm_overlap, overlap_grad_reduce, "
                             "overlap_param_gather, bucket_size)",
                             key);
         }
@@ -285,6 +295,11 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: sp=1 (sequence parallelism) "
                       "needs tp > 1: it splits the tensor-parallel group's "
                       "replicated ops along the sequence");
+  // Megatron-LM's check of --tp-comm-overlap (Transformer Engine's
+  // userbuffers overlap the sequence-parallel collectives).
+  if (c.tpCommOverlap.value_or(false) && !c.sp)
+    return inputError("--strategy megatron: tp_comm_overlap=1 needs sequence "
+                      "parallelism (sp=1)");
   // Megatron-LM's own checks of --overlap-param-gather.
   if (c.overlapParamGather.value_or(false) && !c.distopt)
     return inputError("--strategy megatron: overlap_param_gather=1 needs the "
@@ -389,6 +404,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   s.gradSync = c.gradSync();
+  s.vocabPadding = megatronVocabPadding(g);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

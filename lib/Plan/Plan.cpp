@@ -45,7 +45,8 @@ bool Plan::operator==(const Plan &o) const {
          topologyName == o.topologyName && numDevices == o.numDevices &&
          deviceType == o.deviceType && figures == o.figures &&
          microBatches == o.microBatches && schedule == o.schedule &&
-         chunks == o.chunks && gradSync == o.gradSync && ops == o.ops;
+         chunks == o.chunks && gradSync == o.gradSync &&
+         vocabPadding == o.vocabPadding && ops == o.ops;
 }
 
 PlanFigures planFigures(const SimMetrics &m, int64_t batch,
@@ -81,6 +82,7 @@ Plan makePlan(const Graph &g, const Topology &topo, const Strategy &s,
   p.schedule = s.pipeline.schedule;
   p.chunks = s.pipeline.chunks;
   p.gradSync = s.gradSync;
+  p.vocabPadding = s.vocabPadding;
   for (const Op &op : g.ops()) {
     const OpConfig &c = s.configs[op.id];
     assert(c.degree.size() == op.sem.loops.size() && "unverified strategy");
@@ -151,6 +153,10 @@ Json planToJson(const Plan &p) {
     j["grad_sync"] = {{"overlap_grad_reduce", p.gradSync.overlapGradReduce},
                       {"overlap_param_gather", p.gradSync.overlapParamGather},
                       {"bucket_size", p.gradSync.bucketParams}};
+  if (p.gradSync.tpCommOverlap)
+    j["grad_sync"]["tp_comm_overlap"] = true;
+  if (p.vocabPadding > 0)
+    j["vocab_padding"] = p.vocabPadding;
   Json ops = Json::array();
   for (const PlanOp &po : p.ops) {
     Json loops = Json::object();
@@ -499,7 +505,7 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
   if (auto err = knownKeys(j, "",
                            {"$schema", "format", "version", "model", "topology",
                             "search", "predicted", "pipeline", "grad_sync",
-                            "ops"}))
+                            "vocab_padding", "ops"}))
     return err;
   SOAP_PLAN_TRY(format, r_.string(j, "", "format"));
   if (format != "soapc-plan")
@@ -551,11 +557,12 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
     SOAP_PLAN_TRY(gs, r_.object(j, "", "grad_sync"));
     if (auto err = knownKeys(*gs, "/grad_sync",
                              {"overlap_grad_reduce", "overlap_param_gather",
-                              "bucket_size"}))
+                              "bucket_size", "tp_comm_overlap"}))
       return err;
     for (auto [k, field] :
          {std::pair{"overlap_grad_reduce", &p.gradSync.overlapGradReduce},
-          {"overlap_param_gather", &p.gradSync.overlapParamGather}}) {
+          {"overlap_param_gather", &p.gradSync.overlapParamGather},
+          {"tp_comm_overlap", &p.gradSync.tpCommOverlap}}) {
       if (!gs->contains(k))
         continue;
       SOAP_PLAN_TRY(v, boolean(*gs, "/grad_sync", k));
@@ -565,6 +572,12 @@ llvm::Expected<Plan> PlanParser::parse(const Json &j) {
       SOAP_PLAN_TRY(b, r_.integer(*gs, "/grad_sync", "bucket_size", 0));
       p.gradSync.bucketParams = b;
     }
+  }
+  if (j.contains("vocab_padding")) {
+    SOAP_PLAN_TRY(v, r_.integer(j, "", "vocab_padding", 1));
+    if (v > (int64_t(1) << 20))
+      return r_.error("/vocab_padding", "out of range");
+    p.vocabPadding = static_cast<int32_t>(v);
   }
   if (auto err = parseModel(j, p))
     return err;

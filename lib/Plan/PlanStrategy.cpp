@@ -80,6 +80,7 @@ void setPipeline(const Plan &p, const Graph &g, Strategy &s) {
   s.pipeline.schedule = p.schedule;
   s.pipeline.chunks = p.chunks;
   s.gradSync = p.gradSync;
+  s.vocabPadding = p.vocabPadding;
   bool staged = false;
   for (const PlanOp &po : p.ops)
     staged |= po.stage > 0;

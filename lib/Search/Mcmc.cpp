@@ -393,8 +393,11 @@ public:
       stageCounts.push_back(int32_t(nodes));
     for (int32_t stages : stageCounts) {
       auto piped = megatronStrategy(g, p.topo, {1, stages, 0});
-      if (piped)
+      if (piped) {
+        // Its shape only: not Megatron-LM's runtime's padded vocabulary.
+        piped->vocabPadding = 0;
         initial.push_back(std::move(*piped));
+      }
       else
         llvm::consumeError(piped.takeError());
     }

@@ -4,6 +4,7 @@
 #include "soap/Sim/TaskGraph.h"
 #include "TaskGraphDetail.h"
 
+#include "soap/Parallel/Megatron.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <limits>
@@ -135,7 +136,28 @@ void TaskGraph::removeTask(TaskId id, std::vector<TaskId> &touched,
   --numAlive_;
 }
 
-llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &tile) {
+llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &given) {
+  // A padded vocabulary (Strategy::vocabPadding): the tile's share of V'
+  // columns, V' the multiple of padding x d at or above V.
+  Box padded;
+  const Box *use = &given;
+  if (strategy_.vocabPadding > 0) {
+    if (!vocabLoops_)
+      vocabLoops_ = vocabularyLoops(ctx_->graph);
+    int l = (*vocabLoops_)[size_t(o)];
+    if (l >= 0) {
+      int64_t size = ctx_->graph.op(o).sem.loops[size_t(l)].size;
+      int64_t d = strategy_.configs[size_t(o)].degree[size_t(l)];
+      int64_t multiple = int64_t(strategy_.vocabPadding) * d;
+      int64_t to = (size + multiple - 1) / multiple * multiple;
+      if (to != size) {
+        padded = given;
+        padded.hi[size_t(l)] = padded.lo[size_t(l)] + to / d;
+        use = &padded;
+      }
+    }
+  }
+  const Box &tile = *use;
   std::vector<int64_t> k = tile.lo;
   k.insert(k.end(), tile.hi.begin(), tile.hi.end());
   auto key = std::make_pair(o, std::move(k));
@@ -563,13 +585,14 @@ llvm::Error TaskGraph::buildOp(OpId o) {
                                             : Collective::AllReduce);
         tasks_[t].microBatch = mb;
         ot.own.push_back(t);
-        ot.sums.push_back({t, mb, int32_t(j), gi, false, std::move(devs)});
         for (int64_t k : mem[size_t(gi)]) {
           for (int32_t r = 0; r < reps; ++r)
             link(fwdReady[size_t(mb * per + k * reps + r)], t);
           ot.fwdOut[size_t(mb) * outs * size_t(tiles) + j * size_t(tiles) +
                     size_t(k)] = t;
         }
+        overlapTensorParallel(t, devs, o, sumGemms(o, mb, mem[size_t(gi)]));
+        ot.sums.push_back({t, mb, int32_t(j), gi, false, std::move(devs)});
       }
   }
   return llvm::Error::success();

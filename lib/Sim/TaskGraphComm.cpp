@@ -86,6 +86,44 @@ TaskId TaskGraph::collective(CollectiveRole role, TaskKey k, OpId op,
   return newTask(std::move(t));
 }
 
+void TaskGraph::setExe(TaskId id, Seconds exe) {
+  Task &t = tasks_[id];
+  for (uint32_t r : t.resources)
+    work_[r] += toPicoseconds(exe) - toPicoseconds(t.exe);
+  t.exe = exe;
+}
+
+void TaskGraph::overlapTensorParallel(TaskId id,
+                                      const std::vector<DeviceId> &devs,
+                                      OpId gemmOp,
+                                      llvm::ArrayRef<TaskId> gemms) {
+  const Task &t = tasks_[id];
+  if (!strategy_.gradSync.tpCommOverlap || devs.size() < 2 ||
+      (t.comm != Collective::AllGather &&
+       t.comm != Collective::ReduceScatter) ||
+      !isGemmKind(ctx_->graph.op(gemmOp).kind))
+    return;
+  const Topology &topo = ctx_->topo;
+  for (DeviceId d : devs)
+    if (topo.device(d).node != topo.device(devs[0]).node)
+      return;
+  Seconds gemm = 0;
+  for (TaskId g : gemms)
+    if (g != kNoTask)
+      gemm = std::max(gemm, tasks_[g].exe);
+  // n chunks: the first (all-gather) or last (reduce-scatter) computes
+  // with no transfer beside it; each of the other n - 1 steps takes the
+  // longer of a chunk's GEMM and a ring step of the collective. The GEMM
+  // is what it would be anyway; the rest is the collective's, and so is
+  // the GEMM's slowdown by NCCL's share of the GPU while they overlap.
+  double n = double(devs.size());
+  Seconds chunk = gemm / n, step = t.exe / (n - 1);
+  Seconds total = chunk + (n - 1) * std::max(chunk, step);
+  Seconds hidden = (n - 1) * std::min(chunk, step);
+  setExe(id, std::max<Seconds>(0, total - gemm) +
+                 topo.deviceSpec().ncclComputeShareIntra * hidden);
+}
+
 namespace {
 
 /// At most this many bytes of plans and keys (a key holds both
@@ -556,17 +594,23 @@ void TaskGraph::buildEdge(size_t e, std::vector<TaskId> &owned, size_t *count) {
         ed.consumer, devs, ga.bytes, Collective::AllGather);
     tasks_[id].microBatch = ga.mb;
     owned.push_back(id);
+    llvm::SmallVector<TaskId, 8> gemms;
     for (size_t j = 0; j < ga.from.size(); ++j) {
       if (ga.dir == 0) {
         link(pt.fwdOut[(mb * outs + size_t(ed.output)) * size_t(ptiles) +
                        size_t(ga.from[j])],
              id);
-        link(id, ct.fwd[mb * size_t(cper) + size_t(ga.to[j])]);
+        gemms.push_back(ct.fwd[mb * size_t(cper) + size_t(ga.to[j])]);
       } else {
         link(ct.bwdOut[mb * size_t(cper) + size_t(ga.from[j])], id);
-        link(id, pt.bwd[mb * size_t(pper) + size_t(ga.to[j])]);
+        gemms.push_back(pt.bwd[mb * size_t(pper) + size_t(ga.to[j])]);
       }
+      link(id, gemms.back());
     }
+    // The column-parallel GEMM's forward after it, or the row-parallel
+    // one's backward-data.
+    overlapTensorParallel(id, devs, ga.dir == 0 ? ed.consumer : ed.producer,
+                          gemms);
   }
 }
 

@@ -166,31 +166,49 @@ TaskGraph::sumsScatter(OpId o, bool input, int index,
   return out;
 }
 
+std::vector<TaskId> TaskGraph::sumGemms(OpId o, int32_t mb,
+                                        const std::vector<int64_t> &members) {
+  const OpTasks &ot = opTasks_[size_t(o)];
+  const OpConfig &c = strategy_.configs[size_t(o)];
+  int64_t per = c.numTasks();
+  std::vector<TaskId> out;
+  for (int64_t k : members)
+    for (int32_t r = 0; r < c.replicas; ++r)
+      out.push_back(ot.fwd[size_t(mb * per + k * c.replicas + r)]);
+  return out;
+}
+
 void TaskGraph::refreshSums(OpId o, bool input, std::vector<TaskId> &changed) {
   OpTasks &ot = opTasks_[size_t(o)];
-  std::map<int32_t, std::vector<std::vector<bool>>> scatter;
+  struct Groups {
+    std::vector<std::vector<int64_t>> members;
+    std::vector<std::vector<bool>> scatter;
+  };
+  std::map<int32_t, Groups> groups;
   for (const OpTasks::Sum &s : ot.sums) {
     if (s.input != input)
       continue;
-    auto it = scatter.find(s.index);
-    if (it == scatter.end())
-      it = scatter
-               .emplace(s.index, sumsScatter(o, input, s.index,
-                                             sumGroups(o, input, s.index)))
-               .first;
-    Collective kind = it->second[size_t(s.mb)][size_t(s.group)]
+    auto it = groups.find(s.index);
+    if (it == groups.end()) {
+      Groups gs;
+      gs.members = sumGroups(o, input, s.index);
+      gs.scatter = sumsScatter(o, input, s.index, gs.members);
+      it = groups.emplace(s.index, std::move(gs)).first;
+    }
+    Collective kind = it->second.scatter[size_t(s.mb)][size_t(s.group)]
                           ? Collective::ReduceScatter
                           : Collective::AllReduce;
     Task &t = tasks_[s.task];
     if (t.comm == kind)
       continue;
-    // As collective() prices it (one collective: bytes is its size).
-    for (uint32_t r : t.resources)
-      work_[r] -= toPicoseconds(t.exe);
+    // As collective() prices it (one collective: bytes is its size), and
+    // an output's after the GEMM as buildOp overlaps it.
     t.comm = kind;
-    t.exe = ctx_->collectives.time(kind, s.devs, t.bytes);
-    for (uint32_t r : t.resources)
-      work_[r] += toPicoseconds(t.exe);
+    setExe(s.task, ctx_->collectives.time(kind, s.devs, t.bytes));
+    if (!input)
+      overlapTensorParallel(
+          s.task, s.devs, o,
+          sumGemms(o, s.mb, it->second.members[size_t(s.group)]));
     changed.push_back(s.task);
   }
 }

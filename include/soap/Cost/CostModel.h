@@ -87,6 +87,8 @@ using SizedSamples = std::vector<std::pair<double, double>>;
 /// backward-data, backward-weight 0). Elsewhere backward-data costs 0
 /// (CostModel::kernel) and soap-profile --replay does not run it.
 bool runsBackwardData(const Op &op, Seconds backwardWeight);
+/// MatMul or Gemm: a GEMM kernel.
+bool isGemmKind(llvm::StringRef kind);
 
 class CostModel {
 public:

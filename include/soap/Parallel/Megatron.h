@@ -55,6 +55,19 @@ std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
 /// both directions (weights aside). All -1 in a graph without attention.
 std::vector<int> sequenceLoops(const Graph &g);
 
+/// Per op, its loop of the vocabulary's size (-1: none), the vocabulary
+/// being the class loop of the graph's SoftmaxCrossEntropyLoss (the one
+/// its softmax reduces) where a token embedding (a Gather of a weight)
+/// has that many rows; none otherwise (a classifier's classes): the token embedding's table rows, the LM head's output
+/// features, the loss's classes. What Strategy::vocabPadding pads.
+std::vector<int> vocabularyLoops(const Graph &g);
+
+/// Megatron-LM's default --make-vocab-size-divisible-by.
+constexpr int32_t kMegatronVocabPadding = 128;
+/// Strategy::vocabPadding of Megatron-LM's plans for `g`: its default
+/// where `g` has a vocabulary (vocabularyLoops), 0 otherwise.
+int32_t megatronVocabPadding(const Graph &g);
+
 /// The ops' stages for `stages` contiguous stages of about equal forward
 /// FLOPs, in op (topological) order.
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages);

@@ -149,7 +149,8 @@ std::optional<WeightGradOrder> parseWeightGradOrder(llvm::StringRef name);
 
 /// How the runtime synchronises weight gradients over data-parallel groups
 /// (Megatron-Core's DistributedDataParallelConfig; the defaults are NeMo's
-/// GPT-3 175B recipe). A runtime choice, not a numerical one: every setting
+/// GPT-3 175B recipe), and whether it overlaps tensor-parallel
+/// communication with GEMMs. A runtime choice, not a numerical one: every setting
 /// computes the same weights.
 struct GradSync {
   /// --overlap-grad-reduce: each bucket's all-reduce or reduce-scatter
@@ -168,10 +169,19 @@ struct GradSync {
   /// stage (or model chunk) has one bucket per data-parallel group, its
   /// communication being off the critical path.
   int64_t bucketParams = 0;
+  /// Megatron-Core's tp_comm_overlap (Transformer Engine's userbuffers,
+  /// which needs sequence parallelism): a tensor-parallel group's
+  /// all-gather before a GEMM, and its reduce-scatter after one, are split
+  /// into one chunk per device and pipelined with the GEMM's chunks, in the
+  /// forward pass and in the backward-data pass of the row-parallel GEMM
+  /// (TaskGraph::tpOverlapTime). Only within a node (userbuffers needs
+  /// NVLink). Not a gradient setting, but like the others a runtime choice
+  /// that computes the same weights.
+  bool tpCommOverlap = false;
   bool operator==(const GradSync &o) const {
     return overlapGradReduce == o.overlapGradReduce &&
            overlapParamGather == o.overlapParamGather &&
-           bucketParams == o.bucketParams;
+           bucketParams == o.bucketParams && tpCommOverlap == o.tpCommOverlap;
   }
   bool operator!=(const GradSync &o) const { return !(*this == o); }
   /// The bucket size over a data-parallel group of `devices`.
@@ -215,10 +225,18 @@ struct Strategy {
   /// How weight gradients are bucketed and overlapped (TaskGraph's
   /// buckets).
   GradSync gradSync;
+  /// Megatron-LM's --make-vocab-size-divisible-by: the runtime pads the
+  /// vocabulary V to a multiple of this times the degree d its loop is split
+  /// by, so every op's loop of V's size (vocabularyLoops: the embedding,
+  /// the LM head, the loss) runs on V' / d columns per tile, which keeps
+  /// the LM head's GEMM aligned. Priced in kernel times only (the padded
+  /// 0.1-1% of the LM head's weights is not counted in memory). 0: none.
+  int32_t vocabPadding = 0;
   bool operator==(const Strategy &o) const {
     return configs == o.configs && pipeline == o.pipeline &&
            recompute == o.recompute && zero == o.zero &&
-           weightGrad == o.weightGrad && gradSync == o.gradSync;
+           weightGrad == o.weightGrad && gradSync == o.gradSync &&
+           vocabPadding == o.vocabPadding;
   }
 };
 

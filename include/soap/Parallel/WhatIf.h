@@ -45,13 +45,16 @@ struct MegatronConfig : WhatIfCommon {
   int64_t mbs = 1;        ///< --micro-batch-size
   bool sp = false;        ///< --sequence-parallel
   bool distopt = false;   ///< --use-distributed-optimizer (ZeRO-1)
+  /// --tp-comm-overlap: given, or by default on with sequence parallelism
+  /// (NeMo's published recipes; GradSync::tpCommOverlap).
+  std::optional<bool> tpCommOverlap;
   /// 1f1b (interleaved when vp > 1), zb-h1 or gpipe.
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   /// The gradient synchronisation these settings give.
   GradSync gradSync() const;
   /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1", and
-  /// ",schedule=S" when not 1f1b, and the gradient synchronisation's keys
-  /// when given.
+  /// ",schedule=S" when not 1f1b, and the gradient synchronisation's and
+  /// tp_comm_overlap's keys when given.
   std::string str() const;
 };
 

@@ -110,6 +110,7 @@ struct Plan {
   /// How weight gradients are bucketed and overlapped ("grad_sync", written
   /// when not the default; a plan without it has the default).
   GradSync gradSync;
+  int32_t vocabPadding = 0; ///< Strategy::vocabPadding
   std::vector<PlanOp> ops; ///< in the graph's op order
 
   bool operator==(const Plan &o) const;

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -531,6 +532,22 @@ private:
   Seconds transferTime(DeviceId a, DeviceId b, Bytes bytes) const;
   std::vector<uint32_t> routeResources(DeviceId a, DeviceId b) const;
   const std::vector<uint32_t> &ringResources(const std::vector<DeviceId> &g);
+  /// GradSync::tpCommOverlap: collective `id` (an all-gather or
+  /// reduce-scatter over `devs`) pipelined with the GEMM tasks `gemms` it
+  /// feeds or follows, as Transformer Engine's userbuffers run them: the
+  /// GEMM in one chunk per device, each chunk's communication beside the
+  /// next chunk's compute. The task keeps only what is not hidden, plus the
+  /// GEMM's slowdown (NCCL's compute share) while hidden. Nothing changes
+  /// where the setting is off, the collective is not an all-gather or
+  /// reduce-scatter, its devices span nodes, or `gemmOp` is not a GEMM.
+  void overlapTensorParallel(TaskId id, const std::vector<DeviceId> &devs,
+                             OpId gemmOp, llvm::ArrayRef<TaskId> gemms);
+  /// Op `o`'s forward tasks of micro-batch `mb` among tiles `members` (the
+  /// GEMMs whose partial sums a collective combines).
+  std::vector<TaskId> sumGemms(OpId o, int32_t mb,
+                               const std::vector<int64_t> &members);
+  /// Sets task `id`'s time, keeping its resources' work totals.
+  void setExe(TaskId id, Seconds exe);
   /// `count` back-to-back collectives of `bytes` each as one task.
   TaskId collective(CollectiveRole role, TaskKey key, OpId op,
                     const std::vector<DeviceId> &devs, Bytes bytes,
@@ -628,6 +645,9 @@ private:
   /// it is not recomputed, or first recomputed by its own backward).
   std::vector<OpId> recomputedUntil_;
   std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
+  /// vocabularyLoops(graph), found at the first kernel a padded
+  /// vocabulary (Strategy::vocabPadding) could change.
+  std::optional<std::vector<int>> vocabLoops_;
 };
 
 } // namespace soap

@@ -92,6 +92,25 @@ TEST_CASE("what-if gradient synchronisation keys", "[Parallel][whatif]") {
                 "overlap_param_gather=1",
                 *g, topo) == "--strategy megatron: overlap_param_gather=1 "
                              "needs overlap_grad_reduce=1");
+  // tp_comm_overlap: on by default with sequence parallelism (NeMo's
+  // recipes), which it needs (Transformer Engine's userbuffers).
+  c = parseMegatronConfig("tp=4,sp=1");
+  REQUIRE(bool(c));
+  CHECK(c->gradSync().tpCommOverlap);
+  c = parseMegatronConfig("tp=4,sp=1,tp_comm_overlap=0");
+  REQUIRE(bool(c));
+  CHECK_FALSE(c->gradSync().tpCommOverlap);
+  CHECK(c->str() == "tp=4,pp=1,vp=1,cp=1,mbs=1,sp=1,recompute=none,distopt=0,"
+                    "tp_comm_overlap=0");
+  CHECK_FALSE(parseMegatronConfig("tp=4")->gradSync().tpCommOverlap);
+  s = whatIfStrategy("megatron:tp=4,sp=1", *g, topo);
+  REQUIRE(bool(s));
+  CHECK(s->gradSync.tpCommOverlap);
+  CHECK(errorOf("megatron:tp=4,tp_comm_overlap=1", *g, topo) ==
+        "--strategy megatron: tp_comm_overlap=1 needs sequence parallelism "
+        "(sp=1)");
+  CHECK(errorOf("megatron:tp=4,sp=1,tp_comm_overlap=2", *g, topo) ==
+        "--strategy megatron: tp_comm_overlap=2 must be 0 or 1");
   // FSDP: the same keys; param gather means nothing under ZeRO-3.
   auto f = whatIfStrategy("fsdp:zero=1,overlap_param_gather=0", *g, topo);
   if (!f)

@@ -139,6 +139,15 @@ TEST_CASE("a plan reads back to its strategy", "[Plan]") {
         CHECK(j["grad_sync"] == Json{{"bucket_size", 1000},
                                      {"overlap_grad_reduce", true},
                                      {"overlap_param_gather", false}});
+        // tp_comm_overlap is written only when on, and read back.
+        s.gradSync.tpCommOverlap = true;
+        Json jt = planToJson(
+            makePlan(*g, topo, s, exampleInputs(), exampleFigures(topo)));
+        CHECK(jt["grad_sync"]["tp_comm_overlap"] == true);
+        auto back = planFromJson(jt, "p.json");
+        if (!back)
+          FAIL(errorMessage(back.takeError()));
+        CHECK(back->gradSync == s.gradSync);
         // A plan may give some keys: the others keep their defaults.
         j["grad_sync"] = Json{{"overlap_grad_reduce", false}};
         auto partial = planFromJson(j, "p.json");

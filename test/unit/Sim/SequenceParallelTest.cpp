@@ -45,6 +45,11 @@ TEST_CASE("sequence parallelism reduce-scatters, all-gathers and holds 1/t",
   const Graph &g = *f.g;
   Strategy s0 = megatron(f, 2, 1, false), s1 = megatron(f, 2, 1, true);
   REQUIRE(s1.pipeline.microBatches == 4);
+  // Megatron's plan overlaps the SP collectives with the GEMMs (the next
+  // test); here each is priced whole.
+  REQUIRE(s1.gradSync.tpCommOverlap);
+  REQUIRE_FALSE(s0.gradSync.tpCommOverlap);
+  s1.gradSync.tpCommOverlap = false;
   const Bytes region = 4 * 8 * 16 * 4;
   OpId ln = g.findOp("/layers.0/ln1/LayerNormalization");
   REQUIRE(s0.configs[size_t(ln)].str(g.op(ln).sem) == "d0=4 x2 @0-7");
@@ -128,6 +133,83 @@ TEST_CASE("sequence parallelism reduce-scatters, all-gathers and holds 1/t",
         CHECK(t->groupSize == 2);
       }
   }
+}
+
+TEST_CASE("tensor-parallel collectives overlap the GEMMs in chunks",
+          "[Sim][sp]") {
+  // Transformer Engine's userbuffers (GradSync::tpCommOverlap): with t
+  // chunks, the GEMM's first chunk (all-gather) or last (reduce-scatter)
+  // runs alone and each of the other t - 1 steps takes the longer of a
+  // GEMM chunk (G / t) and a ring step (C / (t - 1)). The collective keeps
+  // what exceeds G, plus NCCL's share of the time it hid.
+  Fixture f("transformer_small", 64, "dgx-h100-1");
+  const Graph &g = *f.g;
+  Strategy on = megatron(f, 2, 1, true), off = on;
+  off.gradSync.tpCommOverlap = false;
+  auto gOn = TaskGraph::build(f.ctx, on), gOff = TaskGraph::build(f.ctx, off);
+  if (!gOn || !gOff)
+    FAIL("build");
+  double share = f.topo.deviceSpec().ncclComputeShareIntra;
+  auto expected = [&](Seconds comm, Seconds gemm) {
+    Seconds chunk = gemm / 2, step = comm;
+    return std::max<Seconds>(0, chunk + std::max(chunk, step) - gemm) +
+           share * std::min(chunk, step);
+  };
+  // The GEMM beside each: the first of the collective's successors (an
+  // all-gather's) or predecessors (a reduce-scatter's) that is a compute
+  // task of `gemm`.
+  auto gemmOf = [&](const TaskGraph &tg, const Task &t, OpId gemm,
+                    bool after) {
+    for (TaskId x : after ? t.succs : t.preds) {
+      const Task &c = tg.tasks()[x];
+      if (c.op == gemm &&
+          (c.kind == TaskKind::Forward || c.kind == TaskKind::Backward))
+        return c.exe;
+    }
+    FAIL("no GEMM beside the collective");
+    return Seconds(0);
+  };
+  struct Case {
+    CollectiveRole role;
+    const char *collectiveOf, *gemm;
+    bool after; ///< the GEMM runs after the collective
+  };
+  size_t checked = 0;
+  for (const Case &k :
+       {Case{CollectiveRole::PartialSum, "/layers.0/attn/proj/MatMul",
+             "/layers.0/attn/proj/MatMul", false},
+        Case{CollectiveRole::ActivationGather, "/layers.0/ffn_in/MatMul",
+             "/layers.0/ffn_in/MatMul", true},
+        Case{CollectiveRole::GradientGather, "/layers.0/attn/proj/Add",
+             "/layers.0/attn/proj/MatMul", true}}) {
+    auto a = collectives(*gOn, g, k.role, k.collectiveOf);
+    auto b = collectives(*gOff, g, k.role, k.collectiveOf);
+    REQUIRE(a.size() == 16);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      Seconds comm = b[i]->exe;
+      Seconds gemm = gemmOf(*gOn, *a[i], g.findOp(k.gemm), k.after);
+      INFO(k.collectiveOf << ": " << comm * 1e6 << " us beside a "
+                          << gemm * 1e6 << " us GEMM");
+      CHECK(comm > 0);
+      CHECK(a[i]->exe == Approx(expected(comm, gemm)).epsilon(1e-12));
+      CHECK(a[i]->exe < comm);
+      ++checked;
+    }
+  }
+  CHECK(checked == 48);
+  // The column-parallel GEMM's input-gradient reduce-scatter is left
+  // whole: its weight-gradient GEMM runs beside it anyway.
+  auto ra = collectives(*gOn, g, CollectiveRole::PartialSum,
+                        "/layers.0/ffn_in/MatMul");
+  auto rb = collectives(*gOff, g, CollectiveRole::PartialSum,
+                        "/layers.0/ffn_in/MatMul");
+  REQUIRE(ra.size() == rb.size());
+  for (size_t i = 0; i < ra.size(); ++i)
+    CHECK(ra[i]->exe == rb[i]->exe);
+  // And the iteration is shorter.
+  Simulator simOn(*gOn), simOff(*gOff);
+  CHECK(simOn.simulateFull() < simOff.simulateFull());
 }
 
 TEST_CASE("delta simulation equals full simulation as sums change kind",

@@ -25,11 +25,32 @@ elements keep dims only, as the zoo's). Then for each export:
   soap-run   soap-run's op support check accepts it (bench-exec-check; the
              model is not trained)
 
+  onnxruntime  (--ort) soap-run's forward (one rank, eager kernels,
+             batch 2, step 1's --dump-forward) against onnxruntime's on the
+             same file, inputs and weights (test/cli/exec/Inputs/
+             ort_reference.py)
+
 Exports are cached in --cache (default /tmp/soap-import-coverage), so a rerun
 only imports. Prints a table and writes JSON (default
 bench/results/import-coverage.json). Asserts nothing.
 
-Run with Debian's Python (torch 1.13, torchvision 0.14, onnx 1.12).
+--transformers measures the transformers section instead: the models of
+examples/models/hf_export.py (a small Llama and Mixtral built from a config
+and exported by torch.onnx), each: imports, soapc's parameters against
+PyTorch's, every op with the batch's sample loop (eager and fused), the
+fused op kinds, soap-run trains it as PyTorch does (3 SGD steps on one rank
+under eager and fused kernels, hf_export.py compare), and onnxruntime's
+forward (ort_reference.py). Table to stdout, JSON to --out (default
+bench/results/import-coverage-transformers.json).
+
+--zoo-ort runs ort_reference.py on every model of examples/models under
+eager and fused kernels (JSON: --out, default
+bench/results/onnxruntime-zoo.json).
+
+Run with Debian's Python (torch 1.13, torchvision 0.14, onnx 1.12); the
+transformers section, --ort and --zoo-ort run their parts with the project
+virtual environment (--venv-python, default .venv/bin/python: torch 2.7,
+transformers, onnxruntime).
 """
 
 import argparse
@@ -37,6 +58,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -187,12 +209,12 @@ def short(msg, limit=160):
     return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 
-def dump(build, path, batch, timeout):
+def dump(build, path, batch, timeout, kernels="eager", limit=160):
     code, out, err = run([os.path.join(build, "bin", "soapc"), "dump", path,
-                          "--batch", str(batch), "--format", "json"],
-                         timeout)
+                          "--batch", str(batch), "--format", "json",
+                          "--kernels", kernels], timeout)
     if code != 0:
-        return None, short(err)
+        return None, short(err, limit)
     return json.loads(out), None
 
 
@@ -272,27 +294,55 @@ def measure(a, name, opset, mode):
     row["soap_run_accepts"] = verdict == "ok"
     if verdict != "ok":
         row["soap_run_error"] = short(verdict)
+    if a.ort and row["soap_run_accepts"]:
+        ort = ort_rows(a, [path], "eager", os.path.join(a.cache, "ort"))[0]
+        row["onnxruntime_same"] = ort.get("same", False)
+        row["onnxruntime_detail"] = ort.get("detail", ort.get("skipped"))
     return row
+
+
+ORT = os.path.join(ROOT, "test", "cli", "exec", "Inputs", "ort_reference.py")
+ONE = os.path.join(ROOT, "test", "cli", "exec", "Inputs", "one.json")
+
+
+def ort_rows(a, paths, kernels, out):
+    """ort_reference.py run on `paths`: its JSON rows."""
+    os.makedirs(out, exist_ok=True)
+    result = os.path.join(out, "ort.json")
+    _, _, err = run([a.venv_python, ORT, "run", "--soapc",
+                     os.path.join(a.build, "bin", "soapc"), "--soap-run",
+                     os.path.join(a.build, "bin", "soap-run"),
+                     "--topology", ONE, "--out", out, "--kernels", kernels,
+                     "--max-params", str(a.ort_max_params),
+                     "--json", result] + paths, a.timeout * len(paths))
+    if not os.path.exists(result):
+        return [{"same": False, "detail": short(err)}]
+    with open(result) as f:
+        rows = json.load(f)["rows"]
+    os.unlink(result)
+    return rows
 
 
 def cell(row):
     if "export_error" in row:
-        return ["export failed", "", "", "", ""]
+        return ["export failed", "", "", "", "", ""]
     if not row.get("imports"):
-        return ["no", "", "", "", ""]
+        return ["no", "", "", "", "", ""]
     ref, got = row["reference_params"], row["soapc_params"]
     params = "%s%s" % ("{:,}".format(got),
                        "" if got == ref else " (ref {:,})".format(ref))
     share = ("%d/%d" % (row["batch_ops_with_s"], row["batch_ops"])
              if "batch_ops" in row else "?")
+    ort = ("" if "onnxruntime_same" not in row else
+           "same" if row["onnxruntime_same"] else "differs")
     return ["yes", params, share, "yes" if row["data_fits"] else
             "no (%s)" % row["data_exit"],
-            "yes" if row["soap_run_accepts"] else "no"]
+            "yes" if row["soap_run_accepts"] else "no", ort]
 
 
 COLS = ["model", "opset", "mode", "imports", "params (soapc)", "S share",
-        "data fits", "soap-run"]
-WIDTHS = [22, 5, 5, 7, 36, 9, 10, 8]
+        "data fits", "soap-run", "onnxruntime"]
+WIDTHS = [22, 5, 5, 7, 36, 9, 10, 8, 11]
 
 
 def header():
@@ -306,6 +356,8 @@ def row_lines(row):
                 "soap_run_error"):
         if key in row:
             lines.append("      %s: %s" % (key, row[key]))
+    if row.get("onnxruntime_same") is False:
+        lines.append("      onnxruntime: %s" % row["onnxruntime_detail"])
     return "\n".join(lines)
 
 
@@ -330,6 +382,9 @@ def summarise(rows):
         "data_fits": share(lambda r: r.get("data_fits"), imported),
         "soap_run_accepts": share(lambda r: r.get("soap_run_accepts"),
                                   imported),
+        "onnxruntime_same": share(
+            lambda r: r.get("onnxruntime_same"),
+            [r for r in imported if "onnxruntime_same" in r]),
     }
 
 
@@ -340,7 +395,197 @@ def summary_line(summary):
                 summary["exported"], summary["exports"], summary["imports"],
                 summary["exact_params"], summary["all_batch_ops_with_s"],
                 summary["batch_ops_with_s"], summary["data_fits"],
-                summary["soap_run_accepts"]))
+                summary["soap_run_accepts"])) + (
+        "; onnxruntime's forward the same %s" % summary["onnxruntime_same"]
+        if summary.get("onnxruntime_same", "0/0") != "0/0" else "")
+
+
+# --------------------------------------------------------------------------
+# The transformers section and the zoo's onnxruntime reference
+# --------------------------------------------------------------------------
+
+HF = os.path.join(ROOT, "examples", "models", "hf_export.py")
+FUSED_KINDS = ("RMSNormalization", "RotaryEmbedding", "FlashAttention",
+               "FusedElementwise", "FusedSoftmax")
+
+
+def keeps_sample_loop(d):
+    """Whether every op of a dump has a splittable S loop of its batch."""
+    return all(any(l["class"] == "S" and l["splittable"] and
+                   l["size"] == d["batch"] for l in o["loops"])
+               for o in d["ops"])
+
+
+def trains_as_pytorch(a, name, path, kernels, work):
+    """soap-run on one rank (3 SGD steps, seed 3, batch 2) against
+    hf_export.py compare: (same, its line)."""
+    plan = os.path.join(work, "%s-%s-plan.json" % (name, kernels))
+    fwd = os.path.join(work, "%s-%s-forward" % (name, kernels))
+    wts = os.path.join(work, "%s-%s-weights" % (name, kernels))
+    log = os.path.join(work, "%s-%s.out" % (name, kernels))
+    code, _, err = run([os.path.join(a.build, "bin", "soapc"), path,
+                        "--topology", ONE, "--search", "data", "--batch", "2",
+                        "--kernels", kernels, "-o", plan], a.timeout)
+    if code != 0:
+        return False, short(err)
+    code, out, err = run([os.path.join(a.build, "bin", "soap-run"), path, plan,
+                          "--steps", "3", "--seed", "3", "--dump-forward", fwd,
+                          "--dump-weights", wts], a.timeout)
+    if code != 0:
+        return False, short(err)
+    with open(log, "w") as f:
+        f.write(out)
+    code, out, err = run([a.venv_python, HF, "compare", name, path, "3", fwd,
+                          log, wts], a.timeout)
+    line = (out.strip() or err.strip()).splitlines()[-1:] or [""]
+    return code == 0, line[0]
+
+
+def transformers_section(a):
+    work = os.path.join(a.cache, "transformers")
+    os.makedirs(work, exist_ok=True)
+    code, out, err = run([a.venv_python, HF, "export", work],
+                         a.export_timeout)
+    if code != 0:
+        sys.exit("hf_export.py export: %s" % short(err))
+    rows = []
+    for line in out.splitlines():
+        m = re.match(r"(\S+): ([\d,]+) parameters in PyTorch; ops (.*)", line)
+        if not m:
+            continue
+        name = m.group(1)
+        path = os.path.join(work, name + ".onnx")
+        row = {"model": name,
+               "pytorch_params": int(m.group(2).replace(",", "")),
+               "export_ops": m.group(3)}
+        rows.append(row)
+        d, err = dump(a.build, path, 4, a.timeout, limit=1000)
+        row["imports"] = d is not None
+        if d is None:
+            row["import_error"] = err
+            continue
+        row["soapc_params"] = d["parameters"]
+        row["eager_ops"] = len(d["ops"])
+        row["sample_loop_eager"] = keeps_sample_loop(d)
+        f, err = dump(a.build, path, 4, a.timeout, "fused")
+        row["fused_ops"] = len(f["ops"])
+        row["sample_loop_fused"] = keeps_sample_loop(f)
+        row["fused_kinds"] = {k: sum(1 for o in f["ops"] if o["kind"] == k)
+                              for k in FUSED_KINDS}
+        for kernels in ("eager", "fused"):
+            same, detail = trains_as_pytorch(a, name, path, kernels, work)
+            row["trains_as_pytorch_" + kernels] = same
+            row["trains_detail_" + kernels] = detail
+        ort = ort_rows(a, [path], "eager,fused", os.path.join(work, "ort"))
+        row["onnxruntime_same"] = all(r.get("same") for r in ort)
+        row["onnxruntime_detail"] = [r.get("detail") for r in ort]
+    cols = ["model", "PyTorch params", "imports", "soapc params", "ops e/f",
+            "S loop e/f", "trains e/f", "onnxruntime"]
+    widths = [11, 14, 7, 12, 7, 10, 10, 11]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    yn = {True: "yes", False: "no"}
+    for r in rows:
+        if r["imports"]:
+            cells = [r["model"], "{:,}".format(r["pytorch_params"]), "yes",
+                     "{:,}".format(r["soapc_params"]),
+                     "%d/%d" % (r["eager_ops"], r["fused_ops"]),
+                     "%s/%s" % (yn[r["sample_loop_eager"]],
+                                yn[r["sample_loop_fused"]]),
+                     "%s/%s" % (yn[r["trains_as_pytorch_eager"]],
+                                yn[r["trains_as_pytorch_fused"]]),
+                     "same" if r["onnxruntime_same"] else "differs"]
+        else:
+            cells = [r["model"], "{:,}".format(r["pytorch_params"]), "no",
+                     "", "", "", "", ""]
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths)))
+        if not r["imports"]:
+            print("      import_error: %s" % r["import_error"])
+        else:
+            print("      fused: %s" % ", ".join(
+                "%s %d" % kv for kv in r["fused_kinds"].items() if kv[1]))
+            for k in ("eager", "fused"):
+                print("      %s: %s" % (k, r["trains_detail_" + k]))
+    write_json(a.out, {"rows": rows})
+
+
+ENVELOPE = 4  # as compare.py: how much further than float32 a run may be
+
+
+def float64_verdict(fwd_dir, name, seed, batch):
+    """Where soap-run's logits and onnxruntime's differ past the tolerance:
+    their distances from PyTorch's float64 forward of the same model (the
+    weights and inputs soap-run draws, torch_reference.py's; every Dropout
+    the identity, as the compared copy has it), and PyTorch's float32
+    forward's, each relative to the largest float64 logit. soap-run is
+    within float32 when it is no further than ENVELOPE times the furthest
+    float32 runtime. None for a model torch_reference.py cannot build."""
+    sys.path.insert(0, os.path.join(ROOT, "test", "cli", "exec", "Inputs"))
+    import numpy as np
+    import torch
+    import torch_reference as tr
+    if name not in tr.export.MODELS or \
+            tr.export.MODELS[name][1][0][2] != "float32":
+        return None
+    logits = {}
+    for dtype, key in ((torch.float64, "f64"), (torch.float32, "f32")):
+        model, x = tr.setup(name, seed, batch, dtype)[:2]
+        for m in model.modules():
+            if isinstance(m, tr.SoapDropout):
+                m.p = 0
+        with torch.no_grad():
+            logits[key] = model(x).double().numpy()
+    with open(os.path.join(fwd_dir, "forward.json")) as f:
+        out = json.load(f)["outputs"][0]
+    mine = np.fromfile(os.path.join(fwd_dir, out["file"]), "<f4")
+    ref = np.fromfile(os.path.join(fwd_dir, "onnxruntime", out["file"]),
+                      "<f4")
+    exact = logits["f64"].reshape(-1)
+    scale = float(np.abs(exact).max())
+    dist = {k: float(np.abs(v.astype(np.float64) - exact).max()) / scale
+            for k, v in (("soap_run", mine), ("onnxruntime", ref),
+                         ("torch_f32", logits["f32"].reshape(-1)))}
+    dist["within_float32"] = dist["soap_run"] <= ENVELOPE * max(
+        dist["onnxruntime"], dist["torch_f32"])
+    return dist
+
+
+def zoo_ort(a):
+    zoo = os.path.join(ROOT, "examples", "models")
+    paths = sorted(os.path.join(zoo, f) for f in os.listdir(zoo)
+                   if f.endswith(".onnx"))
+    if a.models:
+        keep = set(a.models.split(","))
+        paths = [p for p in paths if os.path.basename(p)[:-5] in keep]
+    work = os.path.join(a.cache, "zoo-ort")
+    rows = ort_rows(a, paths, "eager,fused", work)
+    for r in rows:
+        if "skipped" in r:
+            print("%-18s skipped: %s" % (r["model"], r["skipped"]))
+            continue
+        if not r["same"]:
+            fwd = os.path.join(work, "%s-%s" % (r["model"], r["kernels"]))
+            if os.path.exists(os.path.join(fwd, "onnxruntime")):
+                r["float64"] = float64_verdict(fwd, r["model"], 3, 2)
+        f64 = r.get("float64")
+        print("%-18s %-6s %-8s %6.1f s  %s" % (
+            r["model"], r["kernels"], "same" if r["same"] else
+            "within float32" if f64 and f64["within_float32"] else "DIFFERS",
+            r["soap_run_seconds"], r["detail"]))
+        if f64:
+            print("%-18s from float64: soap-run %.1e, onnxruntime %.1e, "
+                  "PyTorch float32 %.1e" % ("", f64["soap_run"],
+                                            f64["onnxruntime"],
+                                            f64["torch_f32"]))
+    write_json(a.out, {"max_params": a.ort_max_params, "batch": 2,
+                       "seed": 3, "envelope": ENVELOPE, "rows": rows})
+
+
+def write_json(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
+    print("wrote %s" % path)
 
 
 def merge(out, partials):
@@ -385,8 +630,23 @@ def main():
         ROOT, "examples", "topologies", "dgx-h100-1.json"))
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--export-timeout", type=int, default=1800)
-    ap.add_argument("--out", default=os.path.join(
-        HERE, "results", "import-coverage.json"))
+    ap.add_argument("--out", default=None,
+                    help="JSON results (default bench/results/"
+                    "import-coverage.json, import-coverage-transformers.json "
+                    "with --transformers, onnxruntime-zoo.json with "
+                    "--zoo-ort)")
+    ap.add_argument("--transformers", action="store_true",
+                    help="measure the transformers section (hf_export.py)")
+    ap.add_argument("--zoo-ort", action="store_true",
+                    help="onnxruntime's forward against soap-run's for every "
+                    "model of examples/models")
+    ap.add_argument("--ort", action="store_true",
+                    help="add the onnxruntime column to the torchvision rows")
+    ap.add_argument("--ort-max-params", type=int, default=500_000_000,
+                    help="models with more floating initializer elements are "
+                    "skipped by the onnxruntime check")
+    ap.add_argument("--venv-python", default=os.path.join(
+        ROOT, ".venv", "bin", "python"))
     ap.add_argument("--export-only", action="store_true",
                     help="fill the cache with exports; measure nothing")
     ap.add_argument("--no-export", action="store_true",
@@ -396,6 +656,20 @@ def main():
                     "replace their rows in --out, print the whole table; "
                     "measure nothing")
     a = ap.parse_args()
+    results = os.path.join(HERE, "results")
+    default_out = os.path.join(results, "import-coverage.json")
+    if a.out is None:
+        a.out = os.path.join(results, "import-coverage-transformers.json"
+                             if a.transformers else "onnxruntime-zoo.json"
+                             if a.zoo_ort else "import-coverage.json")
+    if a.transformers:
+        os.makedirs(a.cache, exist_ok=True)
+        transformers_section(a)
+        return
+    if a.zoo_ort:
+        os.makedirs(a.cache, exist_ok=True)
+        zoo_ort(a)
+        return
     if a.merge:
         merge(a.out, a.merge)
         return
@@ -428,7 +702,7 @@ def main():
                 print(row_lines(row), flush=True)
     summary = summarise(rows)
     print("\n" + summary_line(summary))
-    if not a.models or a.out != ap.get_default("out"):
+    if not a.models or a.out != default_out:
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
         with open(a.out, "w") as f:
             json.dump({"summary": summary, "rows": rows}, f, indent=1)

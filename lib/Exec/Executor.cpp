@@ -179,6 +179,14 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
   setUp();
   if (auto err = setUpWeights())
     return llvm::Error(std::move(err));
+  setUpForwardDump();
+  Json forwardWeights;
+  if (!opts_.dumpForwardDir.empty()) {
+    auto w = startForwardDump();
+    if (!w)
+      return w.takeError();
+    forwardWeights = std::move(*w);
+  }
   std::vector<StepResult> results;
   for (step_ = 0; step_ < opts_.steps; ++step_) {
     comm_.barrier();
@@ -193,6 +201,9 @@ llvm::Expected<std::vector<StepResult>> Runner::run() {
     auto t1 = std::chrono::steady_clock::now();
     results.push_back({loss, std::chrono::duration<double>(t1 - t0).count(),
                        gatherPeaks(peak)});
+    if (step_ == 0 && !opts_.dumpForwardDir.empty())
+      if (auto err = dumpForward(forwardWeights))
+        return llvm::Error(std::move(err));
   }
   if (!opts_.dumpWeightsDir.empty())
     if (auto err = dumpWeights())

@@ -213,6 +213,8 @@ void Runner::forward(OpId o, bool again) {
     exec::findKernel(op.kind, opts_.backend)->forward(ctx);
     roundOutputs(o);
   }
+  if (!again && step_ == 0 && !forwardOutputs_.empty())
+    captureOutputs(o);
   returnWeights(o);
   if (!again) {
     dropAfterForward(o);

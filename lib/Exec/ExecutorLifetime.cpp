@@ -53,10 +53,13 @@ void Runner::dropAfterForward(OpId o) {
       // Integer operands (labels, indices) are read by backward too; the
       // semantics count them as nothing saved.
       ValueId v = op.inputs[i];
-      // A max pool's backward reads only its argmax.
+      // A max pool's backward reads only its argmax. A rotary
+      // embedding's backward reads its cos and sin tables (constants).
       bool keep = (v != kNoValue && !isFloating(g_.value(v).dtype)) ||
                   (!isMaxPool(op) && !rc && saves(op, int(i), false)) ||
-                  (v != kNoValue && !rc && rerunsForward(op, opts_) &&
+                  (v != kNoValue && !rc &&
+                   (rerunsForward(op, opts_) ||
+                    op.kind == "RotaryEmbedding") &&
                    g_.value(v).kind == ValueKind::Constant) ||
                   (rc && keptForRecompute(g_, s_, op, i));
       if (!keep)

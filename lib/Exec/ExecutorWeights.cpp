@@ -11,10 +11,7 @@
 #include "Runner.h"
 
 #include "soap/Support/Error.h"
-#include "soap/Support/Json.h"
 #include "soap/Support/Rng.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 #include <cmath>
 #include <fmt/format.h>
 
@@ -427,57 +424,6 @@ void Runner::syncWeights() {
       wb.touched = false;
     }
   }
-}
-
-static std::string fileNameOf(llvm::StringRef name) {
-  std::string s;
-  for (char c : name)
-    s += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-'
-             ? c
-             : '_';
-  return s;
-}
-
-llvm::Error Runner::dumpWeights() {
-  if (me_ == 0)
-    if (std::error_code ec =
-            llvm::sys::fs::create_directories(opts_.dumpWeightsDir))
-      return inputError("{}: cannot create: {}", opts_.dumpWeightsDir,
-                        ec.message());
-  Json manifest = Json::array();
-  for (const Value &w : g_.values()) {
-    auto it = boxesOfWeight_.find(w.id);
-    if (w.kind != ValueKind::Weight || it == boxesOfWeight_.end())
-      continue;
-    const std::vector<size_t> &idxs = it->second;
-    std::vector<Src> srcs;
-    std::vector<Buf> tmp(idxs.size());
-    for (size_t a = 0; a < idxs.size(); ++a) {
-      WeightBox &wb = boxes_[idxs[a]];
-      const Buf *local = wb.member >= 0 ? &wholeMaster(wb, tmp[a]) : nullptr;
-      srcs.push_back({wb.box, wb.group, local});
-    }
-    Buf whole;
-    assemble(srcs,
-             {{Box::full(weightShape(g_, w)), 0, me_ == 0 ? &whole : nullptr}},
-             Combine::Copy);
-    if (me_ != 0)
-      continue;
-    std::string file = fmt::format("{}-{}.f32", w.id, fileNameOf(w.name));
-    std::string bytes(reinterpret_cast<const char *>(whole.data.data()),
-                      whole.data.size() * sizeof(float));
-    llvm::SmallString<256> path(opts_.dumpWeightsDir);
-    llvm::sys::path::append(path, file);
-    if (auto err = writeFileAtomic(path, bytes))
-      return err;
-    manifest.push_back(
-        Json{{"name", w.name}, {"file", file}, {"shape", w.shape.dims}});
-  }
-  if (me_ != 0)
-    return llvm::Error::success();
-  llvm::SmallString<256> path(opts_.dumpWeightsDir);
-  llvm::sys::path::append(path, "weights.json");
-  return writeFileAtomic(path, dumpJson(Json{{"weights", manifest}}));
 }
 
 } // namespace exec

@@ -3,6 +3,9 @@
 // order (the scores scaled, then masked, then the softmax, then dropout with
 // the eager Dropout's mask), so that it computes what the eager ops compute.
 // Backward recomputes the scores and probabilities from Q, K and V.
+// Grouped-query attention: query head h * rep + r reads kv head h of K and
+// V (transformers' repeat_kv order); K's and V's gradients sum over the rep
+// query heads of each kv head.
 #include "Kernels.h"
 
 #include "soap/Support/Error.h"
@@ -20,8 +23,11 @@ namespace {
 struct Attn {
   size_t rank = 0, nb = 0;      ///< operand rank, batch dims
   std::vector<int64_t> dims[4]; ///< Q, K, V, O: per tensor dim its logical dim
-  std::vector<int64_t> batch;   ///< batch dims' sizes
+  std::vector<int64_t> batch;   ///< batch dims' sizes (Q's heads)
   int64_t sq = 0, sk = 0, e = 0, ev = 0;
+  /// Query heads per kv head: 1, or with grouped-query attention the op's
+  /// loop "r" after the kv heads' "h".
+  int64_t rep = 1;
   float scale = 1;
   bool causal = false;
   enum { None, Where, Add } mask = None;
@@ -44,10 +50,6 @@ llvm::Error checkAttention(const Graph &g, const Op &op) {
   size_t rank = g.value(op.inputs[0]).shape.rank();
   if (rank != 3 && rank != 4)
     return inputError("operands of rank {} (3 or 4 supported)", rank);
-  if (op.hasAttr("kv_heads"))
-    return inputError("grouped-query attention (K and V with fewer heads "
-                      "than Q) has no kernel here yet; run it with --kernels "
-                      "eager");
   return llvm::Error::success();
 }
 
@@ -70,6 +72,8 @@ Attn attnOf(const Graph &g, const Op &op, int64_t step) {
   a.e = logical[0][a.nb + 1];
   a.sk = logical[1][a.nb];
   a.ev = logical[2][a.nb + 1];
+  if (a.nb >= 2 && logical[1][a.nb - 1] != logical[0][a.nb - 1])
+    a.rep = logical[0][a.nb - 1] / logical[1][a.nb - 1];
   a.scale = float(op.getFloat("scale", 1));
   a.causal = op.getInt("causal", 0) != 0;
   std::string mask = op.getString("mask", "none");
@@ -147,10 +151,10 @@ struct Row {
   std::vector<uint8_t> open; ///< not masked (the Where passes the score)
 };
 
-/// The probabilities of query `q` at batch index `idx`.
+/// The probabilities of query `q` at batch index `idx` (Q's; `kv` K's).
 void probabilities(const Attn &a, const Layout &Q, const Layout &K,
-                   const MaskLayout *M, const int64_t *idx, int64_t q,
-                   uint64_t seed, Row &r) {
+                   const MaskLayout *M, const int64_t *idx, const int64_t *kv,
+                   int64_t q, uint64_t seed, Row &r) {
   size_t nb = a.nb;
   r.p.assign(size_t(a.sk), 0.0f);
   r.open.assign(size_t(a.sk), 1);
@@ -161,7 +165,7 @@ void probabilities(const Attn &a, const Layout &Q, const Layout &K,
   int64_t mstep = M ? M->stride[nb + 1] : 0;
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t k = 0; k < a.sk; ++k) {
-    const float *kr = K.data + K.row(idx, nb, k);
+    const float *kr = K.data + K.row(kv, nb, k);
     float s = 0;
     for (int64_t e = 0; e < a.e; ++e)
       s += qr[e * qs] * kr[e * ks];
@@ -195,15 +199,23 @@ void probabilities(const Attn &a, const Layout &Q, const Layout &K,
         hashUniform(seed, a.stream, uint64_t(flat + k)) >= a.ratio;
 }
 
-/// Calls f(idx, q) for every batch index and query of the task's tile.
+/// Calls f(idx, kv, q) for every batch index (Q's, and K's and V's) and
+/// query of the task's tile: loops [batch..., q], or [n, h, r, q] with
+/// grouped query heads (query head h * rep + r, kv head h).
 template <class F> void forEachRow(const Attn &a, const Box &tile, F f) {
-  size_t nb = a.nb;
-  int64_t idx[2] = {tile.lo[0], nb > 1 ? tile.lo[1] : 0};
-  for (idx[0] = tile.lo[0]; idx[0] < tile.hi[0]; ++idx[0])
-    for (idx[1] = nb > 1 ? tile.lo[1] : 0; idx[1] < (nb > 1 ? tile.hi[1] : 1);
-         ++idx[1])
-      for (int64_t q = tile.lo[nb]; q < tile.hi[nb]; ++q)
-        f(idx, q);
+  size_t nb = a.nb, ql = nb + (a.rep > 1 ? 1 : 0);
+  int64_t idx[2] = {0, 0}, kv[2] = {0, 0};
+  int64_t r0 = a.rep > 1 ? tile.lo[nb] : 0, r1 = a.rep > 1 ? tile.hi[nb] : 1;
+  for (int64_t n = tile.lo[0]; n < tile.hi[0]; ++n)
+    for (int64_t h = nb > 1 ? tile.lo[1] : 0; h < (nb > 1 ? tile.hi[1] : 1);
+         ++h)
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t q = tile.lo[ql]; q < tile.hi[ql]; ++q) {
+          idx[0] = kv[0] = n;
+          kv[1] = h;
+          idx[1] = h * a.rep + r;
+          f(idx, kv, q);
+        }
 }
 
 /// The mask operand's data: its buffer, else (freed after forward: the
@@ -245,12 +257,13 @@ void attentionForward(KernelCtx &ctx) {
     }
     float *out = t.out[0].data.data();
     int64_t vs = V.feat(), os = O.feat();
-    forEachRow(a, t.loops, [&](const int64_t *idx, int64_t q) {
-      probabilities(a, Q, K, M ? &*M : nullptr, idx, q, ctx.seed, r);
+    forEachRow(a, t.loops, [&](const int64_t *idx, const int64_t *kv,
+                               int64_t q) {
+      probabilities(a, Q, K, M ? &*M : nullptr, idx, kv, q, ctx.seed, r);
       float *orow = out + O.row(idx, a.nb, q);
       for (int64_t k = 0; k < a.sk; ++k) {
         float pk = r.keep[size_t(k)] ? r.p[size_t(k)] * a.keepScale : 0.0f;
-        const float *vr = V.data + V.row(idx, a.nb, k);
+        const float *vr = V.data + V.row(kv, a.nb, k);
         for (int64_t j = 0; j < a.ev; ++j)
           orow[j * os] += pk * vr[j * vs];
       }
@@ -279,8 +292,9 @@ void attentionBackward(KernelCtx &ctx) {
         g[i] = t.gin[i].data.data();
       }
     int64_t qs = Q.feat(), ks = K.feat(), vs = V.feat(), os = dO.feat();
-    forEachRow(a, t.loops, [&](const int64_t *idx, int64_t q) {
-      probabilities(a, Q, K, M ? &*M : nullptr, idx, q, ctx.seed, r);
+    forEachRow(a, t.loops, [&](const int64_t *idx, const int64_t *kv,
+                               int64_t q) {
+      probabilities(a, Q, K, M ? &*M : nullptr, idx, kv, q, ctx.seed, r);
       const float *dorow = dO.data + dO.row(idx, a.nb, q);
       const float *qr = Q.data + Q.row(idx, a.nb, q);
       // dV = P'ᵀ dO; dP = dO Vᵀ through dropout; dS by the softmax's
@@ -288,10 +302,10 @@ void attentionBackward(KernelCtx &ctx) {
       float dot = 0;
       for (int64_t k = 0; k < a.sk; ++k) {
         size_t kk = size_t(k);
-        const float *vr = V.data + V.row(idx, a.nb, k);
+        const float *vr = V.data + V.row(kv, a.nb, k);
         if (g[2]) {
           float pk = r.keep[kk] ? r.p[kk] * a.keepScale : 0.0f;
-          float *gv = g[2] + G[2]->row(idx, a.nb, k);
+          float *gv = g[2] + G[2]->row(kv, a.nb, k);
           int64_t gs = G[2]->feat();
           for (int64_t j = 0; j < a.ev; ++j)
             gv[j * gs] += pk * dorow[j * os];
@@ -310,7 +324,7 @@ void attentionBackward(KernelCtx &ctx) {
         float *gq = g[0] + G[0]->row(idx, a.nb, q);
         int64_t gs = G[0]->feat();
         for (int64_t k = 0; k < a.sk; ++k) {
-          const float *kr = K.data + K.row(idx, a.nb, k);
+          const float *kr = K.data + K.row(kv, a.nb, k);
           for (int64_t e = 0; e < a.e; ++e)
             gq[e * gs] += ds[size_t(k)] * kr[e * ks];
         }
@@ -318,7 +332,7 @@ void attentionBackward(KernelCtx &ctx) {
       if (g[1]) {
         int64_t gs = G[1]->feat();
         for (int64_t k = 0; k < a.sk; ++k) {
-          float *gk = g[1] + G[1]->row(idx, a.nb, k);
+          float *gk = g[1] + G[1]->row(kv, a.nb, k);
           for (int64_t e = 0; e < a.e; ++e)
             gk[e * gs] += ds[size_t(k)] * qr[e * qs];
         }

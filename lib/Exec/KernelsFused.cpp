@@ -5,6 +5,7 @@
 // and back-propagates through the members. FusedSoftmax: such a chain (the
 // scale and mask of attention scores) into a last-axis softmax, which runs
 // the Softmax kernel's rows (statistics combined across a split axis).
+// RotaryEmbedding: x cos + rotate_half(x) sin over the (whole) last axis.
 #include "ElementwiseMath.h"
 #include "Kernels.h"
 
@@ -371,6 +372,71 @@ void fusedSoftmaxBackward(KernelCtx &ctx) {
                 dres);
 }
 
+// --- RotaryEmbedding ------------------------------------------------------
+// y_i = x_i cos_i - x_{i+h} sin_i (i < h), x_i cos_i + x_{i-h} sin_i
+// (i >= h) over the last axis of length 2h, which every tile holds whole
+// (the semantics keep it unsplit): an element's partner is h floats away
+// in x, y and the tables alike. Linear in x, so backward is the transpose:
+// dx_j = dy_j cos_j + dy_{j+h} sin_{j+h} (j < h), dy_j cos_j -
+// dy_{j-h} sin_{j-h} (j >= h).
+
+llvm::Error checkRotary(const Graph &g, const Op &op) {
+  if (op.getInt("interleaved", 0) != 0)
+    return inputError("interleaved rotary embeddings are not supported");
+  const std::vector<int64_t> &x = g.value(op.inputs[0]).shape.dims;
+  for (size_t i = 1; i < 3; ++i) {
+    const std::vector<int64_t> &t = g.value(op.inputs[i]).shape.dims;
+    if (t.empty() || t.back() != x.back())
+      return inputError("the {} table's last dim is not x's {}",
+                        i == 1 ? "cos" : "sin", x.back());
+  }
+  if (x.back() % 2)
+    return inputError("the last dim {} is odd", x.back());
+  return llvm::Error::success();
+}
+
+PointIter rotaryIter(const OpSemantics &sem, const Task &t, const Buf &y) {
+  return PointIter(sem, {{&sem.inputs[0], t.in[0].box},
+                         {&sem.inputs[1], t.in[1].box},
+                         {&sem.inputs[2], t.in[2].box},
+                         {&sem.outputs[0], y.box}});
+}
+
+void rotaryForward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  int64_t d = ctx.graph.value(ctx.op.inputs[0]).shape.dims.back(), h = d / 2;
+  for (Task &t : ctx.tasks) {
+    const float *x = t.in[0].data.data(), *c = t.in[1].data.data(),
+                *s = t.in[2].data.data();
+    float *y = t.out[0].data.data();
+    rotaryIter(sem, t, t.out[0]).run(t.loops, [&](const int64_t *o) {
+      bool low = o[3] % d < h;
+      float partner = low ? -x[o[0] + h] : x[o[0] - h];
+      y[o[3]] = x[o[0]] * c[o[1]] + partner * s[o[2]];
+    });
+  }
+}
+
+void rotaryBackward(KernelCtx &ctx) {
+  const OpSemantics &sem = ctx.op.sem;
+  int64_t d = ctx.graph.value(ctx.op.inputs[0]).shape.dims.back(), h = d / 2;
+  for (Task &t : ctx.tasks) {
+    if (t.gin[0].data.empty())
+      continue; // no gradient for a graph input; the tables are constants
+    const float *dy = t.gout[0].data.data(), *c = t.in[1].data.data(),
+                *s = t.in[2].data.data();
+    float *dx = t.gin[0].data.data();
+    rotaryIter(sem, t, t.gout[0]).run(t.loops, [&](const int64_t *o) {
+      bool low = o[3] % d < h;
+      float partner = low ? dy[o[3] + h] * s[o[2] + h]
+                          : -dy[o[3] - h] * s[o[2] - h];
+      dx[o[0]] += dy[o[3]] * c[o[1]] + partner;
+    });
+  }
+}
+
+const Kernel kRotary = {checkRotary, rotaryForward, rotaryBackward, true};
+
 const Kernel kFusedElementwise = {checkFusedElementwise, fusedForward,
                                   fusedBackward, true};
 const Kernel kFusedSoftmax = {checkFusedSoftmax, fusedSoftmaxForward,
@@ -383,6 +449,8 @@ const Kernel *findFusedKernel(llvm::StringRef kind) {
     return &kFusedElementwise;
   if (kind == "FusedSoftmax")
     return &kFusedSoftmax;
+  if (kind == "RotaryEmbedding")
+    return &kRotary;
   return nullptr;
 }
 

@@ -1,6 +1,6 @@
 // Ops that reduce for statistics: BatchNormalization (training mode,
-// synchronised), LayerNormalization, Softmax/LogSoftmax and the softmax
-// cross-entropy loss. Statistics are kept per "row" (the loops that are not
+// synchronised), LayerNormalization, RMSNormalization, Softmax/LogSoftmax
+// and the softmax cross-entropy loss. Statistics are kept per "row" (the loops that are not
 // statReduced); a tile split along a statReduced loop holds partial
 // statistics, and the StatsExchange combines them among the tiles that share
 // the rows (the simulator's "Statistics" all-reduce) before they are used.
@@ -46,9 +46,12 @@ void allReduce(KernelCtx &ctx, const std::vector<bool> &keep,
   ctx.stats.allReduce(keep, p, c);
 }
 
-// --- BatchNormalization and LayerNormalization ---------------------------
+// --- BatchNormalization, LayerNormalization, RMSNormalization -----------
 
 bool isBatchNorm(const Op &op) { return op.kind == "BatchNormalization"; }
+/// RMSNorm: no mean is subtracted (it stays 0), no bias, the scale is
+/// optional (1 without it).
+bool isRmsNorm(const Op &op) { return op.kind == "RMSNormalization"; }
 
 llvm::Error checkNorm(const Graph &g, const Op &op) {
   if (isBatchNorm(op)) {
@@ -74,60 +77,86 @@ float normEps(const Op &op) {
 }
 
 // Operands of the normalisation walks: 0 x, 1 the row statistics, 2 y,
-// 3 the scale, 4 the bias. Rows of the innermost loop run as strided
-// loops (statistics and parameters usually step by 0 there).
+// then the scale (when there is one) and the bias (when there is one) at
+// NormOperands' indices. Rows of the innermost loop run as strided loops
+// (statistics and parameters usually step by 0 there).
+struct NormOperands {
+  bool rms;
+  int scale = -1, bias = -1; ///< operand indices, -1 when absent
 
-/// saved[0] = mean, saved[1] = 1/sqrt(var + eps), per row.
+  explicit NormOperands(const Op &op) : rms(isRmsNorm(op)) {
+    int next = 3;
+    if (op.input(1) != kNoValue)
+      scale = next++;
+    if (op.input(2) != kNoValue)
+      bias = next++;
+  }
+  PointIter iter(const OpSemantics &sem, const TensorMap &rows, Task &t,
+                 const Box &rowBox) const {
+    std::vector<Operand> ops{{&sem.inputs[0], t.in[0].box},
+                             {&rows, rowBox},
+                             {&sem.outputs[0], t.out[0].box}};
+    if (scale >= 0)
+      ops.push_back({&sem.inputs[1], t.in[1].box});
+    if (bias >= 0)
+      ops.push_back({&sem.inputs[2], t.in[2].box});
+    return PointIter(sem, ops);
+  }
+};
+
+/// saved[0] = mean (0 for RMSNorm), saved[1] = 1/sqrt(var + eps) (for
+/// RMSNorm of the mean square), per row.
 void normForward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   std::vector<bool> keep = rowsKeep(sem);
   TensorMap rows = loopSubsetMap(sem, keep);
   float inv = static_cast<float>(1 / statCount(sem));
-  bool hasBias = ctx.op.input(2) != kNoValue;
+  NormOperands on(ctx.op);
   auto iter = [&](Task &t, const Buf &r) {
-    std::vector<Operand> ops{{&sem.inputs[0], t.in[0].box},
-                             {&rows, r.box},
-                             {&sem.outputs[0], t.out[0].box},
-                             {&sem.inputs[1], t.in[1].box}};
-    if (hasBias)
-      ops.push_back({&sem.inputs[2], t.in[2].box});
-    return PointIter(sem, ops);
+    return on.iter(sem, rows, t, r.box);
+  };
+  // Each tile's row sums run in double and are stored once as float: a
+  // BatchNorm channel sums tens of thousands of elements, where a float
+  // running sum loses digits that onnxruntime's and PyTorch's blocked
+  // sums keep.
+  auto rowSums = [&](std::vector<Buf> &sums, auto term) {
+    // term(task, offset in x, offset in the rows): one element's term.
+    for (size_t k = 0; k < ctx.tasks.size(); ++k) {
+      Task &t = ctx.tasks[k];
+      std::vector<double> acc(sums[k].data.size(), 0.0);
+      iter(t, sums[k]).runRows(
+          t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
+            if (st[1] == 0) {
+              double a = 0;
+              for (int64_t i = 0; i < n; ++i)
+                a += term(t, o[0] + st[0] * i, o[1]);
+              acc[size_t(o[1])] += a;
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i)
+              acc[size_t(o[1] + st[1] * i)] +=
+                  term(t, o[0] + st[0] * i, o[1] + st[1] * i);
+          });
+      for (size_t j = 0; j < acc.size(); ++j)
+        sums[k].data[j] = static_cast<float>(acc[j]);
+    }
   };
   std::vector<Buf> mean = rowBufs(ctx, keep, 0);
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    const float *x = t.in[0].data.data();
-    float *m = mean[k].data.data();
-    iter(t, mean[k])
-        .runRows(t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
-          if (st[1] == 0) {
-            float acc = 0;
-            for (int64_t i = 0; i < n; ++i)
-              acc += x[o[0] + st[0] * i];
-            m[o[1]] += acc;
-            return;
-          }
-          for (int64_t i = 0; i < n; ++i)
-            m[o[1] + st[1] * i] += x[o[0] + st[0] * i];
-        });
+  if (!on.rms) {
+    rowSums(mean, [](const Task &t, int64_t xo, int64_t) {
+      return double(t.in[0].data[size_t(xo)]);
+    });
+    allReduce(ctx, keep, mean, Combine::Sum);
+    for (Buf &m : mean)
+      for (float &v : m.data)
+        v *= inv;
   }
-  allReduce(ctx, keep, mean, Combine::Sum);
-  for (Buf &m : mean)
-    for (float &v : m.data)
-      v *= inv;
   std::vector<Buf> var = rowBufs(ctx, keep, 0);
-  for (size_t k = 0; k < ctx.tasks.size(); ++k) {
-    Task &t = ctx.tasks[k];
-    const float *x = t.in[0].data.data(), *m = mean[k].data.data();
-    float *v = var[k].data.data();
-    iter(t, var[k]).runRows(
-        t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
-          for (int64_t i = 0; i < n; ++i) {
-            float d = x[o[0] + st[0] * i] - m[o[1] + st[1] * i];
-            v[o[1] + st[1] * i] += d * d;
-          }
-        });
-  }
+  rowSums(var, [&](const Task &t, int64_t xo, int64_t ro) {
+    const Buf &m = mean[size_t(&t - ctx.tasks.data())];
+    float d = t.in[0].data[size_t(xo)] - m.data[size_t(ro)];
+    return double(d) * double(d);
+  });
   allReduce(ctx, keep, var, Combine::Sum);
   float eps = normEps(ctx.op);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
@@ -135,79 +164,91 @@ void normForward(KernelCtx &ctx) {
     for (float &v : var[k].data)
       v = 1 / std::sqrt(v * inv + eps);
     const float *x = t.in[0].data.data(), *m = mean[k].data.data(),
-                *r = var[k].data.data(), *sc = t.in[1].data.data();
-    const float *b = hasBias ? t.in[2].data.data() : nullptr;
+                *r = var[k].data.data();
+    const float *sc = on.scale >= 0 ? t.in[1].data.data() : nullptr;
+    const float *b = on.bias >= 0 ? t.in[2].data.data() : nullptr;
+    int si = on.scale, bi = on.bias;
     float *y = t.out[0].data.data();
     iter(t, var[k]).runRows(
         t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
             int64_t ro = o[1] + st[1] * i;
             float xhat = (x[o[0] + st[0] * i] - m[ro]) * r[ro];
-            float v = xhat * sc[o[3] + st[3] * i];
-            y[o[2] + st[2] * i] = b ? v + b[o[4] + st[4] * i] : v;
+            float v = sc ? xhat * sc[o[si] + st[si] * i] : xhat;
+            y[o[2] + st[2] * i] = b ? v + b[o[bi] + st[bi] * i] : v;
           }
         });
     t.saved = {std::move(mean[k]), std::move(var[k])};
   }
 }
 
+/// LayerNorm and BatchNorm: dx = rstd (g - mean(g) - xhat mean(g xhat));
+/// RMSNorm (no mean subtracted): dx = rstd (g - xhat mean(g xhat)), with
+/// g = dy scale.
 void normBackward(KernelCtx &ctx) {
   const OpSemantics &sem = ctx.op.sem;
   std::vector<bool> keep = rowsKeep(sem);
   TensorMap rows = loopSubsetMap(sem, keep);
   float inv = static_cast<float>(1 / statCount(sem));
-  bool hasBias = ctx.op.input(2) != kNoValue;
-  auto iter = [&](Task &t) {
-    std::vector<Operand> ops{{&sem.inputs[0], t.in[0].box},
-                             {&rows, t.saved[0].box},
-                             {&sem.outputs[0], t.out[0].box},
-                             {&sem.inputs[1], t.in[1].box}};
-    if (hasBias)
-      ops.push_back({&sem.inputs[2], t.in[2].box});
-    return PointIter(sem, ops);
-  };
-  // s1 = sum of dxhat, s2 = sum of dxhat * xhat, per row.
+  NormOperands on(ctx.op);
+  int si = on.scale, bi = on.bias;
+  auto iter = [&](Task &t) { return on.iter(sem, rows, t, t.saved[0].box); };
+  // s1 = sum of dxhat, s2 = sum of dxhat * xhat, per row; they and the
+  // scale's and bias's gradients are summed in double (as the forward's
+  // statistics) and added once.
   std::vector<Buf> s1 = rowBufs(ctx, keep, 0), s2 = rowBufs(ctx, keep, 0);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
     const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
-    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data(),
-                *sc = t.in[1].data.data();
-    float *a1 = s1[k].data.data(), *a2 = s2[k].data.data();
-    float *dsc = t.gin[1].data.data();
-    float *db = hasBias ? t.gin[2].data.data() : nullptr;
+    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data();
+    const float *sc = si >= 0 ? t.in[1].data.data() : nullptr;
+    std::vector<double> a1(s1[k].size(), 0.0), a2(s2[k].size(), 0.0);
+    std::vector<double> dsc(si >= 0 ? t.gin[1].size() : 0, 0.0);
+    std::vector<double> db(bi >= 0 ? t.gin[2].size() : 0, 0.0);
     iter(t).runRows(
         t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
-            int64_t ro = o[1] + st[1] * i, so = o[3] + st[3] * i;
+            size_t ro = size_t(o[1] + st[1] * i);
             float d = dy[o[2] + st[2] * i];
             float xhat = (x[o[0] + st[0] * i] - mean[ro]) * rstd[ro];
-            float g = d * sc[so];
+            float g = sc ? d * sc[o[si] + st[si] * i] : d;
             a1[ro] += g;
-            a2[ro] += g * xhat;
-            dsc[so] += d * xhat;
-            if (db)
-              db[o[4] + st[4] * i] += d;
+            a2[ro] += double(g) * double(xhat);
+            if (sc)
+              dsc[size_t(o[si] + st[si] * i)] += double(d) * double(xhat);
+            if (bi >= 0)
+              db[size_t(o[bi] + st[bi] * i)] += d;
           }
         });
+    for (size_t j = 0; j < a1.size(); ++j) {
+      s1[k].data[j] = static_cast<float>(a1[j]);
+      s2[k].data[j] = static_cast<float>(a2[j]);
+    }
+    for (size_t j = 0; j < dsc.size(); ++j)
+      t.gin[1].data[j] += static_cast<float>(dsc[j]);
+    for (size_t j = 0; j < db.size(); ++j)
+      t.gin[2].data[j] += static_cast<float>(db[j]);
   }
-  allReduce(ctx, keep, s1, Combine::Sum);
+  if (!on.rms)
+    allReduce(ctx, keep, s1, Combine::Sum);
   allReduce(ctx, keep, s2, Combine::Sum);
   for (size_t k = 0; k < ctx.tasks.size(); ++k) {
     Task &t = ctx.tasks[k];
     const float *mean = t.saved[0].data.data(), *rstd = t.saved[1].data.data();
-    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data(),
-                *sc = t.in[1].data.data();
+    const float *x = t.in[0].data.data(), *dy = t.gout[0].data.data();
+    const float *sc = si >= 0 ? t.in[1].data.data() : nullptr;
     const float *a1 = s1[k].data.data(), *a2 = s2[k].data.data();
     float *dx = t.gin[0].data.data();
+    float centre = on.rms ? 0.0f : inv;
     iter(t).runRows(
         t.loops, [&](const int64_t *o, const int64_t *st, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
             int64_t ro = o[1] + st[1] * i;
             float xhat = (x[o[0] + st[0] * i] - mean[ro]) * rstd[ro];
-            float g = dy[o[2] + st[2] * i] * sc[o[3] + st[3] * i];
+            float d = dy[o[2] + st[2] * i];
+            float g = sc ? d * sc[o[si] + st[si] * i] : d;
             dx[o[0] + st[0] * i] +=
-                rstd[ro] * (g - a1[ro] * inv - xhat * a2[ro] * inv);
+                rstd[ro] * (g - a1[ro] * centre - xhat * a2[ro] * inv);
           }
         });
   }
@@ -403,7 +444,8 @@ void softmaxRowsBackward(KernelCtx &ctx, const TensorMap &dxMap,
 }
 
 const Kernel *findNormKernel(llvm::StringRef kind) {
-  if (kind == "BatchNormalization" || kind == "LayerNormalization")
+  if (kind == "BatchNormalization" || kind == "LayerNormalization" ||
+      kind == "RMSNormalization")
     return &kNorm;
   if (kind == "Softmax" || kind == "LogSoftmax")
     return &kSoftmax;

@@ -12,8 +12,10 @@
 #include "Kernels.h"
 #include "soap/Exec/Executor.h"
 #include "soap/Support/Error.h"
+#include "soap/Support/Json.h"
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace soap {
 namespace exec {
@@ -137,7 +139,25 @@ private:
   llvm::Error runStep();
   double gatherLoss();
   std::vector<int64_t> gatherPeaks(int64_t mine);
+
+  // ExecutorDump.cpp.
+  /// Every weight whole, written by rank 0 to `dir`; rank 0's manifest
+  /// (name, file, shape of each). Every rank calls it.
+  llvm::Expected<Json> writeWeights(const std::string &dir);
+  /// --dump-weights, after the last step.
   llvm::Error dumpWeights();
+  /// --dump-forward: which values step 1 keeps copies of (the model's
+  /// outputs: what each loss scores, and the other graph outputs).
+  void setUpForwardDump();
+  /// --dump-forward, before step 1: the directory and the weights step 1
+  /// reads; rank 0's manifest of them.
+  llvm::Expected<Json> startForwardDump();
+  /// After `o`'s forward in step 1: copies of this rank's tiles of the
+  /// outputs setUpForwardDump chose.
+  void captureOutputs(OpId o);
+  /// After step 1: the outputs assembled on rank 0 and written with the
+  /// inputs and forward.json. Every rank calls it.
+  llvm::Error dumpForward(const Json &weights);
   llvm::Error backendError(OpId o) const {
     std::string e = exec::takeBackendError();
     if (e.empty())
@@ -226,6 +246,12 @@ private:
   std::map<ValueId, OpId> lastUser_;
   /// Weights whose boxes overlap partially: summed by assembly.
   std::set<ValueId> unclean_;
+  /// --dump-forward: the values dumped, and this rank's copies of their
+  /// tiles in step 1, by micro-batch, producer, output and tile. Plain
+  /// vectors: not counted in the step's peak.
+  std::vector<ValueId> forwardOutputs_;
+  std::map<std::tuple<int32_t, OpId, size_t, int64_t>, std::vector<float>>
+      captured_;
 };
 
 } // namespace exec

@@ -1,5 +1,7 @@
 // Element-wise folding: casts, unary and binary arithmetic with numpy
-// broadcasting, comparisons, Where and Range, on small constant tensors.
+// broadcasting, comparisons, Where and Range, on small constant tensors;
+// and MatMul of constants (the outer product of inverse frequencies and
+// positions that transformers' rotary embedding computes in the graph).
 #include "FoldOps.h"
 
 #include "soap/Support/Error.h"
@@ -283,6 +285,65 @@ static bool present(Ins ins, size_t count) {
   return true;
 }
 
+/// numpy.matmul of two constants: a rank-1 operand is a row (left) or a
+/// column (right) whose dim leaves the result; batch dims broadcast. Sums
+/// run in double and are rounded to the element type once.
+static llvm::Expected<FoldStatus> matMul(const ConstTensor &a,
+                                         const ConstTensor &b, ConstTensor &out,
+                                         int64_t maxElements) {
+  if (a.dims.empty() || b.dims.empty())
+    return inputError("MatMul of a scalar");
+  ConstTensor l = a, r = b;
+  if (l.dims.size() == 1)
+    l.dims.insert(l.dims.begin(), 1);
+  if (r.dims.size() == 1)
+    r.dims.push_back(1);
+  int64_t m = l.dims[l.dims.size() - 2], k = l.dims.back();
+  int64_t k2 = r.dims[r.dims.size() - 2], n = r.dims.back();
+  if (k != k2)
+    return inputError("MatMul of [{}] and [{}]: inner dims differ",
+                      fmt::join(a.dims, ", "), fmt::join(b.dims, ", "));
+  // The batch dims broadcast as shapes of their own.
+  ConstTensor lb, rb;
+  lb.dims.assign(l.dims.begin(), l.dims.end() - 2);
+  rb.dims.assign(r.dims.begin(), r.dims.end() - 2);
+  auto batch = broadcastDims({&lb, &rb});
+  if (!batch)
+    return batch.takeError();
+  std::vector<int64_t> dims = *batch;
+  if (a.dims.size() > 1)
+    dims.push_back(m);
+  if (b.dims.size() > 1)
+    dims.push_back(n);
+  int32_t type = a.isFloat() || b.isFloat() ? (a.isFloat() ? a.elemType
+                                                           : b.elemType)
+                                            : a.elemType;
+  if (!allocateLike(out, type, dims, maxElements))
+    return FoldStatus::TooLarge;
+  int64_t batches = elementCount(*batch).value_or(0);
+  for (int64_t p = 0; p < batches; ++p) {
+    int64_t lo = broadcastOffset(lb, *batch, p) * m * k;
+    int64_t ro = broadcastOffset(rb, *batch, p) * k * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t o = (p * m + i) * n + j;
+        if (out.isFloat()) {
+          double acc = 0;
+          for (int64_t q = 0; q < k; ++q)
+            acc += l.getDouble(lo + i * k + q) * r.getDouble(ro + q * n + j);
+          out.floats[o] = acc;
+        } else {
+          int64_t acc = 0;
+          for (int64_t q = 0; q < k; ++q)
+            acc += l.getInt(lo + i * k + q) * r.getInt(ro + q * n + j);
+          out.ints[o] = acc;
+        }
+      }
+  }
+  normalise(out);
+  return FoldStatus::Folded;
+}
+
 llvm::Expected<FoldStatus> foldArithmetic(const onnx::NodeProto &n, Ins ins,
                                           ConstTensor &out,
                                           int64_t maxElements) {
@@ -357,6 +418,9 @@ llvm::Expected<FoldStatus> foldArithmetic(const onnx::NodeProto &n, Ins ins,
     normalise(out);
     return FoldStatus::Folded;
   }
+  if (op == "MatMul")
+    return present(ins, 2) ? matMul(a, *ins[1], out, maxElements)
+                           : FoldStatus::NotFoldable;
   static const std::set<std::string> binaryOps = {"Add",
                                                   "Sub",
                                                   "Mul",

@@ -28,8 +28,8 @@ broadcastDims(llvm::ArrayRef<const ConstTensor *> ts);
 int64_t broadcastOffset(const ConstTensor &in, llvm::ArrayRef<int64_t> outDims,
                         int64_t linear);
 
-/// Cast, unary and binary element-wise ops, comparisons, Where and Range;
-/// NotFoldable for any other op.
+/// Cast, unary and binary element-wise ops, comparisons, Where, Range and
+/// MatMul; NotFoldable for any other op.
 llvm::Expected<FoldStatus> foldArithmetic(const onnx::NodeProto &n, Ins ins,
                                           ConstTensor &out,
                                           int64_t maxElements);

@@ -68,7 +68,9 @@ private:
   ImportState &s_;
   const onnx::GraphProto &g_;
   std::unique_ptr<Graph> graph_;
-  std::map<std::string, std::string> alias_; ///< Identity of an initializer
+  /// What an op that computes nothing reads (an Identity or Cast of an
+  /// initializer, a Cast to its input's own type).
+  std::map<std::string, std::string> alias_;
   std::map<std::string, ValueId> ids_;
   std::map<std::string, ValueKind> constKind_;
   std::set<std::string> used_; ///< tensors read by IR ops or graph outputs
@@ -78,9 +80,13 @@ private:
     return s_.opts.keepConstantData ? std::numeric_limits<int64_t>::max()
                                     : kMaxKeptConstData;
   }
+  /// The tensor `name` aliases through a chain of aliases (itself if none).
   const std::string &resolve(const std::string &name) const {
-    auto it = alias_.find(name);
-    return it == alias_.end() ? name : it->second;
+    const std::string *at = &name;
+    for (auto it = alias_.find(*at); it != alias_.end();
+         it = alias_.find(*at))
+      at = &it->second;
+    return *at;
   }
   std::string kindOf(const onnx::NodeProto &n) const {
     return n.domain().empty() || n.domain() == "ai.onnx"
@@ -153,8 +159,14 @@ bool Builder::isAlias(int i) const {
       !n.domain().empty() || n.input_size() < 1 || n.output_size() != 1)
     return false;
   auto init = s_.initializers.find(n.input(0));
-  if (init == s_.initializers.end())
-    return false;
+  if (init == s_.initializers.end()) {
+    // A Cast to the type its input already has (transformers' RMSNorm and
+    // softmax cast float32 to float32) computes nothing.
+    auto info = s_.infos.find(n.input(0));
+    return n.op_type() == "Cast" && info != s_.infos.end() &&
+           info->second.elemType != 0 &&
+           intAttr(n, "to", -1) == info->second.elemType;
+  }
   return n.op_type() == "Identity" ||
          intAttr(n, "to", -1) == g_.initializer(init->second).data_type();
 }

@@ -8,6 +8,7 @@
 #include "soap/IR/OpRegistry.h"
 #include "soap/IR/UnrollRnn.h"
 #include "soap/Support/Error.h"
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -22,11 +23,37 @@ llvm::Error ImportOptions::validate() const {
 namespace import {
 namespace {
 
+/// Why soapc's IR cannot hold an op whose reads or shapes depend on the
+/// values it computes with (a mixture of experts' routing is made of
+/// them); "" for other ops.
+llvm::StringRef dataDependence(const onnx::NodeProto &n) {
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    return "";
+  const std::string &op = n.op_type();
+  if (op == "TopK")
+    return "it selects elements by their values (as a mixture of experts' "
+           "top-k router does), and soapc's ops read regions that shapes "
+           "alone decide";
+  if (op == "NonZero" || op == "Unique" || op == "Compress")
+    return "its output's shape depends on its input's values, and soapc's "
+           "tensors have static shapes";
+  if (op == "OneHot" || op == "ScatterElements" || op == "GatherElements" ||
+      op == "GatherND")
+    return "the positions it reads or writes are the values of an operand, "
+           "and soapc's ops read regions that shapes alone decide";
+  return "";
+}
+
 /// Rejects unknown operators before shape inference, so that the user reads
-/// "unsupported operator" rather than whatever inference makes of it.
+/// "unsupported operator" rather than whatever inference makes of it. The
+/// line names the first and why where the reason is the op's semantics,
+/// and the other kinds the model needs that soapc lacks.
 llvm::Error checkOperators(const ImportState &s) {
   registerAllOps();
   const onnx::GraphProto &g = s.graph();
+  int first = -1;
+  std::string firstKind;
+  std::vector<std::string> others;
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &n = g.node(i);
     bool defaultDomain = n.domain().empty() || n.domain() == "ai.onnx";
@@ -37,10 +64,23 @@ llvm::Error checkOperators(const ImportState &s) {
     if (OpRegistry::instance().lookup(kind) || isLoweredOp(n) ||
         (defaultDomain && (isFoldableOp(n) || n.op_type() == "Pad")))
       continue;
-    return inputError("{}: unsupported operator '{}' (domain '{}')", s.where(i),
-                      n.op_type(), n.domain());
+    if (first < 0) {
+      first = i;
+      firstKind = kind;
+    } else if (kind != firstKind &&
+             std::find(others.begin(), others.end(), kind) == others.end())
+      others.push_back(kind);
   }
-  return llvm::Error::success();
+  if (first < 0)
+    return llvm::Error::success();
+  const onnx::NodeProto &n = g.node(first);
+  llvm::StringRef why = dataDependence(n);
+  std::string also;
+  for (size_t k = 0; k < others.size(); ++k)
+    also += (k ? ", " : "; the model also needs ") + others[k];
+  return inputError("{}: unsupported operator '{}' (domain '{}'){}{}{}",
+                    s.where(first), n.op_type(), n.domain(),
+                    why.empty() ? "" : ": ", why, also);
 }
 
 /// Window attributes that ONNX's shape inference divides by or sizes with

@@ -37,7 +37,7 @@ const std::set<std::string> &foldableOps() {
                                             "Expand",      "Range",
                                             "Trilu",       "Transpose",
                                             "ScatterND",   "Cos",
-                                            "Sin"};
+                                            "Sin",         "MatMul"};
   return ops;
 }
 

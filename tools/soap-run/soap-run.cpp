@@ -43,6 +43,12 @@ static cl::opt<std::string>
             cl::desc("Write the final weights to this directory (rank 0): "
                      "<id>-<name>.f32 and weights.json"),
             cl::value_desc("dir"), cl::cat(runCat));
+static cl::opt<std::string> dumpForwardOpt(
+    "dump-forward",
+    cl::desc("Write step 1's forward to this directory (rank 0): the inputs "
+             "as drawn, the weights as read, the model's outputs, and "
+             "forward.json listing them"),
+    cl::value_desc("dir"), cl::cat(runCat));
 static cl::opt<std::string>
     topologyOpt("topology",
                 cl::desc("Refuse the plan unless it was made for this "
@@ -107,12 +113,13 @@ static llvm::Expected<std::vector<TaskGraph::DeviceMemory>> predictedMemory() {
 static llvm::Error run(Comm &comm) {
   if (modelPath.empty() || planPath.empty())
     return inputError("usage: soap-run model.onnx plan.json [--steps K] "
-                      "[--seed S] [--dump-weights DIR]");
+                      "[--seed S] [--dump-weights DIR] [--dump-forward DIR]");
   ExecOptions opts;
   opts.steps = stepsOpt;
   opts.seed = seedOpt;
   opts.learningRate = lrOpt;
   opts.dumpWeightsDir = dumpOpt;
+  opts.dumpForwardDir = dumpForwardOpt;
   opts.backend = backendOpt;
   opts.threads = *threadsOpt;
   if (threadsOpt->getNumOccurrences() > 0 && *threadsOpt < 1)
@@ -256,6 +263,8 @@ static llvm::Error run(Comm &comm) {
                 : std::string(peak[k] > 0 ? "inf" : "-"));
       }
     }
+    if (!opts.dumpForwardDir.empty())
+      llvm::outs() << "forward: " << opts.dumpForwardDir << "\n";
     if (!opts.dumpWeightsDir.empty())
       llvm::outs() << "weights: " << opts.dumpWeightsDir << "\n";
     llvm::outs().flush();
@@ -283,7 +292,7 @@ int main(int argc, char **argv) {
       "per "
       "device\n\n"
       "  mpirun -np N soap-run model.onnx plan.json [--steps K] [--seed S] "
-      "[--dump-weights DIR]\n"
+      "[--dump-weights DIR] [--dump-forward DIR]\n"
       "  soap-run model.onnx plan.json   (a plan for one device)\n";
   int code = 0;
   if (!cl::ParseCommandLineOptions(argc, argv, overview,

@@ -42,6 +42,14 @@ struct ExecOptions {
   /// When set, rank 0 writes every final (master) weight here (DIR/<name>.f32, raw
   /// little-endian float32, and DIR/weights.json listing name, file, shape).
   std::string dumpWeightsDir;
+  /// When set, rank 0 writes step 1's forward here: every graph input as
+  /// drawn (the loss's labels too), every weight as step 1 reads it, and
+  /// the model's outputs (what each loss scores, and any other graph
+  /// output) as step 1 computed them, assembled from every tile
+  /// (DIR/<id>-<name>.f32, raw little-endian float32, integers as their
+  /// values; DIR/forward.json lists inputs with their dtype, weights and
+  /// outputs, each with name, file and shape).
+  std::string dumpForwardDir;
   /// Kernel backend: "cpu", or "cuda" (contractions and element-wise ops on
   /// the rank's GPU, the other ops on the CPU) when built with CUDA.
   std::string backend = "cpu";

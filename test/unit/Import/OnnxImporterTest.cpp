@@ -441,6 +441,30 @@ TEST_CASE("import: rows that merge sequence and batch are unmerged",
   CHECK(opNamed(*h, "proj").kind == "Gemm");
 }
 
+TEST_CASE("import: a Cast to its input's own type is no op", "[import]") {
+  // transformers' RMSNorm and softmax cast float32 to float32.
+  TempDir dir;
+  Model m;
+  m.input("x", {"N", "8"});
+  setInt(m.node("Cast", {"x"}, {"c1"}, "same"), "to", TP::FLOAT);
+  setInt(m.node("Cast", {"c1"}, {"c2"}, "same_again"), "to", TP::FLOAT);
+  m.weight("w", {8, 4});
+  m.node("MatMul", {"c2", "w"}, {"h"}, "mm");
+  setInt(m.node("Cast", {"h"}, {"d"}, "wider"), "to", TP::DOUBLE);
+  setInt(m.node("Cast", {"d"}, {"y"}, "back"), "to", TP::FLOAT);
+  m.output("y");
+  ImportOptions opts;
+  opts.batch = 2;
+  opts.appendLoss = false;
+  auto g = importOk(m.save(dir), opts);
+  std::vector<std::string> kinds;
+  for (const Op &o : g->ops())
+    kinds.push_back(o.kind);
+  CHECK(kinds == std::vector<std::string>{"MatMul", "Cast", "Cast"});
+  const Op &mm = opNamed(*g, "mm");
+  CHECK(g->value(mm.inputs[0]).name == "x");
+}
+
 TEST_CASE("import: operand conventions", "[import]") {
   TempDir dir;
   Model m;
@@ -691,6 +715,24 @@ TEST_CASE("import: errors name the file and the place", "[import]") {
     m2.output("y");
     CHECK_THAT(importError(m2.save(dir, "m2.onnx")),
                Catch::Contains("unsupported operator 'Hardmax' (domain '')"));
+  }
+  SECTION("data-dependent operators say why; the others are listed") {
+    Model m;
+    m.input("x", {"N", "8"});
+    m.constInts("k", {2});
+    m.node("TopK", {"x", "k"}, {"v", "i"}, "router");
+    m.node("NonZero", {"i"}, {"nz"}, "nz");
+    m.node("Hardmax", {"v"}, {"h"}, "hm");
+    m.node("NonZero", {"h"}, {"nz2"}, "nz2");
+    m.output("nz", TP::INT64);
+    m.output("nz2", TP::INT64);
+    CHECK_THAT(importError(m.save(dir)),
+               Catch::EndsWith("node 'router': unsupported operator 'TopK' "
+                               "(domain ''): it selects elements by their "
+                               "values (as a mixture of experts' top-k router "
+                               "does), and soapc's ops read regions that "
+                               "shapes alone decide; the model also needs "
+                               "NonZero, Hardmax"));
   }
   SECTION("a Shape that cannot fold") {
     Model m;

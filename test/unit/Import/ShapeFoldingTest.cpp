@@ -273,3 +273,36 @@ TEST_CASE("fold: ScatterND writes slices, adds with reduction",
   REQUIRE(!st);
   CHECK_THAT(errorMessage(st.takeError()), Catch::Contains("out of range"));
 }
+
+TEST_CASE("fold: MatMul of constants, numpy's shapes", "[import][fold]") {
+  // transformers' rotary tables: inverse frequencies [1, 2, 1] times
+  // positions [1, 1, 3], an outer product.
+  auto inv = floats({1, 2, 1}, {1.0, 0.5});
+  auto pos = floats({1, 1, 3}, {0, 1, 2});
+  auto outer = fold(node("MatMul"), {&inv, &pos});
+  CHECK(outer.dims == std::vector<int64_t>{1, 2, 3});
+  CHECK(outer.floats == std::vector<double>{0, 1, 2, 0, 0.5, 1});
+  // Batch dims broadcast; a rank-1 operand is a row on the left and a
+  // column on the right, and its dim leaves the result.
+  auto a = ints({2, 1, 2}, {1, 2, 3, 4});
+  auto b = ints({2, 2}, {1, 0, 1, 1});
+  auto ab = fold(node("MatMul"), {&a, &b});
+  CHECK(ab.dims == std::vector<int64_t>{2, 1, 2});
+  CHECK(ab.ints == std::vector<int64_t>{3, 2, 7, 4});
+  auto v = ints({2}, {1, -1});
+  auto vb = fold(node("MatMul"), {&v, &b});
+  CHECK(vb.dims == std::vector<int64_t>{2});
+  CHECK(vb.ints == std::vector<int64_t>{0, -1});
+  auto bv = fold(node("MatMul"), {&b, &v});
+  CHECK(bv.dims == std::vector<int64_t>{2});
+  CHECK(bv.ints == std::vector<int64_t>{1, 0});
+  // Float sums run in double and round to float32 once.
+  auto tenth = floats({1, 1}, {0.1});
+  CHECK(fold(node("MatMul"), {&tenth, &tenth}).floats[0] ==
+        double(float(0.1 * 0.1)));
+  std::vector<ConstTensor> outs;
+  auto c = ints({3}, {1, 2, 3});
+  auto st = foldNode(node("MatMul"), {&b, &c}, outs, kMaxFoldElements);
+  REQUIRE(!st);
+  CHECK_THAT(errorMessage(st.takeError()), Catch::Contains("inner dims"));
+}

@@ -75,23 +75,51 @@ double builtinComputeEfficiency(llvm::StringRef kind) {
 }
 constexpr double kBuiltinMemoryEfficiency = 0.7;
 
-/// The sustained bf16/fp16 rate of fused attention (forward and backward
-/// together, head dim 128, causal, sequence 2k, FLOPs of the executed
-/// blocks) where soap-profile has not measured it, from published
-/// throughput; 0 where none is known (the roofline's fraction applies).
+/// The rate of fused attention's `pass` (bf16/fp16, head dim 128, causal,
+/// FLOPs of the executed blocks) on kernels of `seq` queries and keys where
+/// soap-profile has not measured it, from published throughput; 0 where
+/// none is known (the roofline's fraction applies).
 /// A100: FlashAttention-2 (Dao 2023, Fig. 4-6: 50-73% of peak forward,
-/// about 55% forward + backward): 0.55 x 312 TFLOP/s. H100 and H200 (the
-/// same SMs): FlashAttention-3 (Shah et al. 2024, Fig. 5-6, cuDNN within a
-/// few % of it): about 525 TFLOP/s forward and 425 backward at these
-/// shapes, so 450 for the 1 : 2.5 forward : backward FLOP mix.
-double publishedAttentionFlops(llvm::StringRef device, DType t) {
+/// about 55% forward + backward): 0.55 x 312 TFLOP/s at any length.
+/// H100 and H200 (the same SMs): FlashAttention-3 (Shah et al. 2024, cuDNN
+/// within a few % of it), about 525 TFLOP/s forward and 425 backward at
+/// sequence 2k, scaled along the paper's curves over the sequence: a short
+/// kernel spends more of its time loading Q and writing O and, causal, on
+/// diagonal blocks (Fig. 5e, causal forward, head dim 128: 292, 423, 521,
+/// 579, 602, 616 TFLOP/s at 512 .. 16k; Fig. 6, backward, head dim 128:
+/// 316, 424, 501, 542, 559, 561), interpolated in log2(seq) and held flat
+/// past either end.
+double publishedAttentionFlops(llvm::StringRef device, DType t, Pass pass,
+                               int64_t seq) {
   if (t != DType::BF16 && t != DType::F16)
     return 0;
   if (device.startswith("A100"))
     return 0.55 * 312e12;
-  if (device.startswith("H100") || device.startswith("H200"))
-    return 450e12;
-  return 0;
+  if (!device.startswith("H100") && !device.startswith("H200"))
+    return 0;
+  static constexpr double kForward[] = {292, 423, 521, 579, 602, 616};
+  static constexpr double kBackward[] = {316, 424, 501, 542, 559, 561};
+  constexpr int kAt2k = 2; // 512 x 2^i
+  bool fwd = pass == Pass::Forward;
+  const double *curve = fwd ? kForward : kBackward;
+  double x = std::log2(double(std::max<int64_t>(seq, 1)) / 512);
+  x = std::clamp(x, 0.0, 5.0);
+  int i = std::min(int(x), 4);
+  double rel = (curve[i] + (curve[i + 1] - curve[i]) * (x - i)) / curve[kAt2k];
+  return (fwd ? 525e12 : 425e12) * rel;
+}
+/// The sequence a fused attention kernel runs over: the shorter of its
+/// tile's query and key extents (a ring-attention step is one query block
+/// against one key block). 0 when the op has no such loops.
+int64_t attentionSequence(const Op &op, const Box &tile) {
+  int64_t q = 0, k = 0;
+  for (size_t l = 0; l < op.sem.loops.size(); ++l) {
+    if (op.sem.loops[l].name == "q")
+      q = tile.hi[l] - tile.lo[l];
+    else if (op.sem.loops[l].name == "k")
+      k = tile.hi[l] - tile.lo[l];
+  }
+  return std::min(q, k);
 }
 /// The built-in fraction a GEMM reaches: measured GEMM rates stand for it.
 constexpr double kBuiltinGemmEfficiency = 0.7;
@@ -219,17 +247,30 @@ bool unalignedSignature(llvm::StringRef sig) {
   return false;
 }
 
-/// The same for `tile` of a GEMM op.
+/// The same for `tile` of a GEMM op. A dim that one loop indexes one to one
+/// has that loop's extent in the tile, also where the tile reaches past the
+/// tensor: a padded vocabulary's tile (TaskGraph::kernelTimes) is priced as
+/// the padded shard Megatron-LM runs, not as the tensor's clamped edge.
 bool unalignedTile(const Op &op, const Box &tile) {
-  auto last = [](const Box &b) {
-    return b.rank() >= 2 ? b.hi.back() - b.lo.back() : kGemmAlignment;
+  auto last = [&](const TensorMap &m, const Box &region) -> int64_t {
+    if (region.rank() < 2)
+      return kGemmAlignment;
+    const DimMap &d = m.dims.back();
+    if (!d.full && d.terms.size() == 1 && d.terms[0].coeff == 1 &&
+        d.divisor == 1 && d.offset == 0)
+      return tile.hi[size_t(d.terms[0].loop)] - tile.lo[size_t(d.terms[0].loop)];
+    return region.hi.back() - region.lo.back();
   };
   for (int i = 0; i < 2 && i < int(op.inputs.size()); ++i)
     if (op.inputs[size_t(i)] != kNoValue &&
-        last(op.sem.inputRegion(i, tile)) % kGemmAlignment != 0)
+        last(op.sem.inputs[size_t(i)], op.sem.inputRegion(i, tile)) %
+                kGemmAlignment !=
+            0)
       return true;
   return !op.outputs.empty() &&
-         last(op.sem.outputRegion(0, tile)) % kGemmAlignment != 0;
+         last(op.sem.outputs[0], op.sem.outputRegion(0, tile)) %
+                 kGemmAlignment !=
+             0;
 }
 
 } // namespace
@@ -421,7 +462,11 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
       flops = bytes = 0;
     double peak =
         peakFlops(dt) * nearestBySize(computed, flops, computeEff);
-    double attention = publishedAttentionFlops(device_.name, dt);
+    double attention =
+        op.kind == "FlashAttention"
+            ? publishedAttentionFlops(device_.name, dt, pass,
+                                      attentionSequence(op, tile))
+            : 0;
     bool burst = db_ != nullptr; // rates measured in short bursts
     if (op.kind == "FlashAttention" && !computed && attention > 0) {
       peak = attention;

@@ -26,9 +26,24 @@ int sampleLoopOf(const OpSemantics &sem) {
 
 /// The loop op `o` splits t ways and the tensor dim of its first output
 /// that is then split (-1: whole), given which dim of each value is split.
+/// `vocabLoop` (-1: none) is the op's padded-vocabulary loop, which may
+/// split unevenly (Strategy::vocabPadding).
 std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
-                                const std::vector<int> &splitDim, int32_t t) {
+                                const std::vector<int> &splitDim, int32_t t,
+                                int vocabLoop) {
   const OpSemantics &sem = op.sem;
+  auto splits = [&](int l) {
+    const LoopDim &loop = sem.loops[size_t(l)];
+    return divides(loop, t) || (l == vocabLoop && splitsUnevenly(loop, t));
+  };
+  // Megatron-LM's VocabParallelEmbedding: the token table split by rows,
+  // each rank looking up the tokens in its rows (zeros elsewhere), the
+  // partial sums reduced over the group (reduce-scattered along the
+  // sequence with sequence parallelism).
+  if (op.kind == "Gather" && vocabLoop >= 0 &&
+      sem.loops[size_t(vocabLoop)].cls == DimClass::Reduction &&
+      splits(vocabLoop))
+    return {vocabLoop, -1};
   auto outDim = [&](int l) {
     if (op.outputs.empty() || op.outputs[0] == kNoValue)
       return -1;
@@ -51,7 +66,7 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
     // A split class axis of the loss is Megatron's vocabulary-parallel
     // cross-entropy (its statistics all-reduced); other statistics
     // (LayerNorm's hidden axis) are not split.
-    if (l >= 0 && divides(sem.loops[size_t(l)], t) &&
+    if (l >= 0 && splits(l) &&
         (!sem.loops[size_t(l)].statReduced ||
          op.kind == "SoftmaxCrossEntropyLoss"))
       fromInput = l;
@@ -71,8 +86,7 @@ std::pair<int, int> tensorSplit(const Graph &g, const Op &op,
   const TensorMap &wm = sem.inputs[size_t(w)];
   const TensorMap &om = sem.outputs[0];
   int l = loopOf(om, int(om.dims.size()) - 1);
-  if (l >= 0 && dimOfLoop(wm, l) >= 0 && divides(sem.loops[size_t(l)], t) &&
-      outDim(l) >= 0)
+  if (l >= 0 && dimOfLoop(wm, l) >= 0 && splits(l) && outDim(l) >= 0)
     return {l, outDim(l)};
   return {-1, -1};
 }
@@ -194,16 +208,20 @@ std::vector<int> sequenceLoops(const Graph &g) {
 }
 
 std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
-                                           bool sequence) {
+                                           bool sequence, bool padVocab) {
   std::vector<OpConfig> configs;
   std::vector<int> splitDim(g.numValues(), -1);
   std::vector<int> seq;
   if (sequence && t > 1)
     seq = sequenceLoops(g);
+  std::vector<int> vocab;
+  if (padVocab && t > 1)
+    vocab = vocabularyLoops(g);
   for (const Op &op : g.ops()) {
     const OpSemantics &sem = op.sem;
+    int vl = vocab.empty() ? -1 : vocab[size_t(op.id)];
     auto [tl, od] =
-        t > 1 ? tensorSplit(g, op, splitDim, t) : std::make_pair(-1, -1);
+        t > 1 ? tensorSplit(g, op, splitDim, t, vl) : std::make_pair(-1, -1);
     if (!op.outputs.empty() && op.outputs[0] != kNoValue)
       splitDim[size_t(op.outputs[0])] = od;
     // Every other output the split loop indexes is split too (Split's K
@@ -238,14 +256,16 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
     // one when the op has no sample loop to split).
     c.replicas = (tl >= 0 ? 1 : t) * (dataSplit ? 1 : int32_t(d));
     c.devices.assign(size_t(c.numTasks()), 0);
+    // A tile's index along a split loop: its start over OpConfig::tile's
+    // chunk (ceil-sized, so a padded vocabulary's uneven split maps too).
+    auto chunk = [&](int l, int64_t parts) {
+      return (sem.loops[size_t(l)].size + parts - 1) / parts;
+    };
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box b = c.tile(sem, k);
-      int64_t si =
-          dataSplit ? b.lo[size_t(sl)] / (sem.loops[size_t(sl)].size / d) : 0;
+      int64_t si = dataSplit ? b.lo[size_t(sl)] / chunk(sl, d) : 0;
       for (int32_t r = 0; r < c.replicas; ++r) {
-        int64_t ti = tl >= 0
-                         ? b.lo[size_t(tl)] / (sem.loops[size_t(tl)].size / t)
-                         : r % t;
+        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] / chunk(tl, t) : r % t;
         if (!dataSplit)
           si = r / (tl >= 0 ? 1 : t);
         c.devices[size_t(k * c.replicas + r)] = DeviceId(si * t + ti);
@@ -258,8 +278,10 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
 
 std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
                                             const Pipeline &pipeline, int32_t t,
-                                            int64_t d, bool sequence) {
-  std::vector<OpConfig> configs = megatronGroupConfigs(g, t, d, sequence);
+                                            int64_t d, bool sequence,
+                                            bool padVocab) {
+  std::vector<OpConfig> configs =
+      megatronGroupConfigs(g, t, d, sequence, padVocab);
   for (const Op &op : g.ops())
     for (DeviceId &dev : configs[size_t(op.id)].devices)
       dev += DeviceId(pipeline.group(pipeline.stage(op.id)) * d * t);
@@ -372,11 +394,12 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
   s.pipeline.schedule = PipelineSchedule::OneFOneB;
   if (p > 1)
     s.pipeline.stageOf = layerStages(g, p);
-  s.configs = megatronStagedConfigs(g, s.pipeline, t, d, shape.sequence);
+  s.vocabPadding = megatronVocabPadding(g);
+  s.configs = megatronStagedConfigs(g, s.pipeline, t, d, shape.sequence,
+                                    s.vocabPadding > 0);
   // With sequence parallelism its collectives overlap the GEMMs, as in
   // NeMo's recipes (MegatronConfig::tpCommOverlap's default).
   s.gradSync.tpCommOverlap = shape.sequence;
-  s.vocabPadding = megatronVocabPadding(g);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

@@ -26,9 +26,10 @@ Box OpConfig::tile(const OpSemantics &sem, int64_t k) const {
     int64_t d = degree[l];
     int64_t c = k % d;
     k /= d;
-    int64_t chunk = sem.loops[l].size / d;
-    b.lo[l] = c * chunk;
-    b.hi[l] = (c + 1) * chunk;
+    int64_t size = sem.loops[l].size;
+    int64_t chunk = (size + d - 1) / d;
+    b.lo[l] = std::min(c * chunk, size);
+    b.hi[l] = std::min((c + 1) * chunk, size);
   }
   return b;
 }
@@ -84,7 +85,8 @@ OpConfig OpConfig::single(const OpSemantics &sem, DeviceId d) {
 }
 
 llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
-                         size_t numDevices, llvm::StringRef where) {
+                         size_t numDevices, llvm::StringRef where,
+                         int unevenLoop) {
   if (c.degree.size() != sem.loops.size())
     return inputError("{}: {} degrees for {} loop dimensions", where.str(),
                       c.degree.size(), sem.loops.size());
@@ -99,6 +101,14 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
     if (!loop.splittable)
       return inputError("{}: loop '{}' cannot be split (degree {})",
                         where.str(), loop.name, d);
+    if (int(l) == unevenLoop && loop.granule == 1) {
+      // A padded vocabulary: ceil-sized tiles, none of them empty.
+      if ((loop.size + d - 1) / d * (d - 1) >= loop.size)
+        return inputError("{}: degree {} leaves a tile of vocabulary loop "
+                          "'{}' of size {} empty",
+                          where.str(), d, loop.name, loop.size);
+      continue;
+    }
     if (loop.size % d != 0)
       return inputError("{}: degree {} does not divide loop '{}' of size {}",
                         where.str(), d, loop.name, loop.size);

@@ -2,6 +2,7 @@
 // pipeline, and the memory dimensions' vectors.
 #include "soap/Parallel/Strategy.h"
 
+#include "soap/Parallel/Megatron.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <fmt/format.h>
@@ -61,9 +62,14 @@ llvm::Error verifyStrategy(const Strategy &s, const Graph &g,
   if (s.configs.size() != g.numOps())
     return inputError("{}: the strategy configures {} ops, the graph has {}",
                       g.sourcePath, s.configs.size(), g.numOps());
+  // A padded vocabulary's loops may split unevenly (OpConfig::tile).
+  std::vector<int> vocab;
+  if (s.vocabPadding > 0)
+    vocab = vocabularyLoops(g);
   for (const Op &o : g.ops())
     if (auto err = verifyConfig(s.configs[o.id], o.sem, topo.numDevices(),
-                                g.where(o.id)))
+                                g.where(o.id),
+                                vocab.empty() ? -1 : vocab[size_t(o.id)]))
       return err;
   return verifyPipeline(s, g);
 }

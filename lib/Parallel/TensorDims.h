@@ -73,6 +73,14 @@ inline bool divides(const LoopDim &l, int64_t parts) {
          (l.size / parts) % l.granule == 0;
 }
 
+/// Whether loop `l` splits `parts` ways into ceil-sized tiles, the last one
+/// shorter but none empty (OpConfig::tile): how a padded vocabulary's loop
+/// splits where its size does not divide (Strategy::vocabPadding).
+inline bool splitsUnevenly(const LoopDim &l, int64_t parts) {
+  return l.splittable && l.granule == 1 && parts <= l.size &&
+         (l.size + parts - 1) / parts * (parts - 1) < l.size;
+}
+
 } // namespace soap::detail
 
 #endif // SOAP_LIB_PARALLEL_TENSORDIMS_H

@@ -389,9 +389,9 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   if (c.pp > 1)
     s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
   if (c.cp > 1) {
-    auto cfg =
-        contextParallelConfigs(g, megatronGroupConfigs(g, c.tp, dp, c.sp),
-                               c.tp, c.cp, int32_t(m), c.sp);
+    auto cfg = contextParallelConfigs(
+        g, megatronGroupConfigs(g, c.tp, dp, c.sp, /*padVocab=*/true), c.tp,
+        c.cp, int32_t(m), c.sp);
     if (!cfg)
       return cfg.takeError();
     s.configs = std::move(*cfg);
@@ -400,7 +400,8 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
         dev += DeviceId(s.pipeline.group(s.pipeline.stage(op.id)) * dp *
                         c.tp * c.cp);
   } else {
-    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp);
+    s.configs =
+        megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp, /*padVocab=*/true);
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   s.gradSync = c.gradSync();

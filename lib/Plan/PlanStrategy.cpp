@@ -4,6 +4,7 @@
 // the checks can say which op no longer fits.
 #include "soap/Plan/Plan.h"
 
+#include "soap/Parallel/Megatron.h"
 #include "soap/Support/Error.h"
 #include <fmt/format.h>
 #include <functional>
@@ -22,8 +23,10 @@ std::string loopNames(const OpSemantics &sem) {
 /// Builds op `op`'s configuration from `po` (whose name and kind match) and
 /// verifies it. `where(suffix)` gives the prefix of an error message for
 /// the plan's JSON pointer suffix ("/loops/oc", "/devices/3", "" for the op).
+/// `vocabLoop` (-1: none) is the op's padded-vocabulary loop, which may
+/// split unevenly (Strategy::vocabPadding).
 llvm::Expected<OpConfig>
-opConfig(const PlanOp &po, const Op &op, const Topology &topo,
+opConfig(const PlanOp &po, const Op &op, const Topology &topo, int vocabLoop,
          const std::function<std::string(const std::string &)> &where) {
   OpConfig c;
   c.degree.assign(op.sem.loops.size(), 1);
@@ -46,7 +49,8 @@ opConfig(const PlanOp &po, const Op &op, const Topology &topo,
       return inputError("{}: device {} is not in topology '{}' ({} devices)",
                         where(jsonPointer("/devices", k)), c.devices[k],
                         topo.name(), topo.numDevices());
-  if (auto err = verifyConfig(c, op.sem, topo.numDevices(), where("")))
+  if (auto err =
+          verifyConfig(c, op.sem, topo.numDevices(), where(""), vocabLoop))
     return err;
   return c;
 }
@@ -102,6 +106,9 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
   Strategy s;
   s.configs.resize(g.numOps());
   std::vector<bool> configured(g.numOps(), false);
+  std::vector<int> vocab;
+  if (p.vocabPadding > 0)
+    vocab = vocabularyLoops(g);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const PlanOp &po = p.ops[i];
     std::string ptr = jsonPointer("/ops", i);
@@ -119,7 +126,8 @@ llvm::Expected<Strategy> planStrategy(const Plan &p, const Graph &g,
     if (configured[id])
       return inputError("{}: {}: op '{}' appears twice", planPath.str(),
                         jsonPointer(ptr, "op"), po.name);
-    auto c = opConfig(po, op, topo, [&](const std::string &suffix) {
+    int vl = vocab.empty() ? -1 : vocab[size_t(id)];
+    auto c = opConfig(po, op, topo, vl, [&](const std::string &suffix) {
       return fmt::format("{}: {}{}: op '{}'", planPath.str(), ptr, suffix,
                          po.name);
     });
@@ -199,6 +207,9 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
   std::vector<bool> inPlan(g.numOps(), false);
   Strategy whole;
   whole.configs.resize(g.numOps());
+  std::vector<int> vocab;
+  if (p.vocabPadding > 0)
+    vocab = vocabularyLoops(g);
   size_t valid = 0;
   for (const PlanOp &po : p.ops) {
     OpId id = g.findOp(po.name);
@@ -214,9 +225,10 @@ std::vector<CheckFinding> checkPlan(const Plan &p, llvm::StringRef modelSha256,
                       po.name, po.kind, op.kind));
       continue;
     }
-    auto c = opConfig(po, op, topo, [&](const std::string &) {
-      return fmt::format("op '{}'", po.name);
-    });
+    auto c = opConfig(po, op, topo, vocab.empty() ? -1 : vocab[size_t(id)],
+                      [&](const std::string &) {
+                        return fmt::format("op '{}'", po.name);
+                      });
     if (!c) {
       add(errorMessage(c.takeError()));
       continue;

@@ -290,10 +290,10 @@ private:
     Strategy strategy;
   };
 
-  /// The schedules a Megatron user tries on a pipeline that fits: the
-  /// interleaved 1F1B with every virtual-stage count v that divides the
-  /// layers per stage (stages of layers / (p v) layers, stage s on rank
-  /// s mod p), and zb-h1, on the two fastest pipelined shapes, each with
+  /// The schedules a Megatron user tries on a pipeline that fits: zb-h1,
+  /// and the interleaved 1F1B with every virtual-stage count v that divides
+  /// the layers per stage, the largest first (stages of layers / (p v)
+  /// layers, stage s on rank s mod p), on the two fastest pipelined shapes, each with
   /// the micro-batches and memory savings its 1F1B fit chose, and more
   /// savings (Megatron's ladder) where it then does not fit: interleaving
   /// holds more micro-batches' activations. The fastest that fits replaces
@@ -314,9 +314,10 @@ private:
       Strategy zb = base;
       zb.pipeline.schedule = PipelineSchedule::ZbH1;
       tries.push_back(std::move(zb));
-      for (int64_t v = 2; layers > 0 && layers % stages == 0 &&
-                          v <= layers / stages;
-           ++v) {
+      // The most chunks first: they cut the bubble most ((p - 1) / (v m)),
+      // and under --timeout they are what a user would not want cut.
+      for (int64_t v = layers > 0 && layers % stages == 0 ? layers / stages : 0;
+           v >= 2; --v) {
         if ((layers / stages) % v != 0 ||
             base.pipeline.microBatches % stages != 0)
           continue;
@@ -324,7 +325,8 @@ private:
         s.pipeline.chunks = int32_t(v);
         s.pipeline.stageOf = layerStages(p.graph, stages * int32_t(v));
         s.configs = megatronStagedConfigs(p.graph, s.pipeline, shapes[k].tensor,
-                                          d, shapes[k].sequence);
+                                          d, shapes[k].sequence,
+                                          s.vocabPadding > 0);
         tries.push_back(std::move(s));
       }
       // As it is, then with Megatron's savings (the distributed optimizer,

@@ -38,16 +38,25 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
 /// ways along its sequence loop (sequenceLoops) where it has one: the
 /// simulator then reduce-scatters the row-parallel GEMM's partial sums and
 /// the column-parallel GEMM's input gradients, and the column-parallel
-/// GEMM gathers its input.
+/// GEMM gathers its input. With `padVocab` (a strategy whose vocabPadding
+/// is set), the vocabulary's loops (vocabularyLoops) split t ways even where
+/// t does not divide them, into OpConfig::tile's ceil-sized tiles, as
+/// Megatron-LM splits its padded vocabulary: so the LM head, the embedding
+/// and the cross-entropy stay vocabulary-parallel at any t. The token
+/// embedding (a Gather of a weight table) is then split by table rows, its
+/// partial sums reduced over the group, as Megatron-LM's
+/// VocabParallelEmbedding runs.
 std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
-                                           bool sequence = false);
+                                           bool sequence = false,
+                                           bool padVocab = false);
 
 /// megatronGroupConfigs for every stage of `pipeline`: each op's group is
 /// the t x d devices of its stage's device group (Pipeline::group), groups
 /// on consecutive device ranges.
 std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
                                             const Pipeline &pipeline, int32_t t,
-                                            int64_t d, bool sequence = false);
+                                            int64_t d, bool sequence = false,
+                                            bool padVocab = false);
 
 /// Per op, the loop that runs along the sequence, or -1: the attention's
 /// query loop (isAttentionOp: FlashAttention's "q", an eager softmax's third

@@ -17,8 +17,10 @@ namespace soap {
 
 /// One op's configuration. Tiles are numbered in mixed radix over the loops,
 /// the last loop fastest; tile k's replica r runs on devices[k * replicas + r].
-/// Every loop is split evenly: tile coordinate c of loop l covers
-/// [c * size/degree, (c+1) * size/degree).
+/// Tile coordinate c of loop l covers [c * chunk, min((c+1) * chunk, size)),
+/// chunk = ceil(size / degree): every loop is split evenly except a padded
+/// vocabulary's (Strategy::vocabPadding), whose last tile may be shorter, as
+/// Megatron-LM's last vocabulary shard holds the rows its padding adds.
 struct OpConfig {
   std::vector<int32_t> degree; ///< one per loop of the op; 1 = not split
   int32_t replicas = 1;        ///< copies of every tile (TensorOpt)
@@ -50,8 +52,11 @@ struct OpConfig {
 /// loop's size into tiles that respect its granule, unsplittable loops at 1,
 /// replicas >= 1, devices.size() == numTasks(), every device in the
 /// topology, no device twice among one tile's replicas. Errors name `where`.
+/// `unevenLoop` (a padded vocabulary's loop, or -1) may take a degree that
+/// does not divide it, as long as every tile is non-empty.
 llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
-                         size_t numDevices, llvm::StringRef where);
+                         size_t numDevices, llvm::StringRef where,
+                         int unevenLoop = -1);
 
 /// How micro-batches run through the stages of a pipeline.
 enum class PipelineSchedule : uint8_t {

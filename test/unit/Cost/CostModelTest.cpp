@@ -360,3 +360,86 @@ TEST_CASE("tile memory counts weights, gradients and optimizer state",
   CHECK(cm.memory(g, g.op(1), g.op(1).sem.fullTile(), Optimizer::Sgd).saved ==
         8 * 4 * 16 * 16);
 }
+
+namespace {
+
+/// A causal bf16 FlashAttention (op 3) of [2, s, 16 heads, 128] operands,
+/// each from a weight matmul so that its backward runs: the shape
+/// FlashAttention-3's published curves are taken at.
+Graph flashAttention(int64_t s) {
+  GraphBuilder b;
+  ValueId x = b.input({2, s, 16, 128}, DType::BF16);
+  std::vector<ValueId> qkv;
+  for (int i = 0; i < 3; ++i)
+    qkv.push_back(b.op("MatMul",
+                       {x, b.constant({128, 128}, ValueKind::Weight, {},
+                                      DType::BF16)},
+                       {{2, s, 16, 128}}, {}, DType::BF16)[0]);
+  b.op("FlashAttention", qkv, {{2, s, 16, 128}},
+       {{"q_dims", Ints{0, 2, 1, 3}},
+        {"k_dims", Ints{0, 2, 1, 3}},
+        {"v_dims", Ints{0, 2, 1, 3}},
+        {"o_dims", Ints{0, 2, 1, 3}},
+        {"batch_dims", int64_t(2)},
+        {"scale", 0.088},
+        {"causal", int64_t(1)},
+        {"mask", std::string()},
+        {"dropout_ratio", 0.0},
+        {"dropout_name", std::string()}},
+       DType::BF16);
+  requireOk(b.g.computeSemantics());
+  return std::move(b.g);
+}
+
+} // namespace
+
+TEST_CASE("fused attention is priced along FlashAttention-3's published "
+          "curves over its kernel's sequence",
+          "[Cost]") {
+  DeviceSpec h100 = catalogDevice("H100-SXM");
+  CostModel cm(h100, nullptr, CostMode::Analytic);
+  // Forward and backward TFLOP/s at sequence 2k (the anchors) times the
+  // curve's ratio to its 2k point, and the sustained tensor-core ratio.
+  auto expect = [&](const Graph &g, const Box &tile, Pass pass, double rate) {
+    return g.op(3).sem.tileFlops(pass, tile) /
+               (rate * 1e12 * h100.sustainedTensorRatio) +
+           h100.launchOverhead;
+  };
+  struct Point {
+    int64_t seq;
+    double forward, backward; // TFLOP/s
+  };
+  double x = std::log2(1536.0 / 1024); // between the 1k and 2k points
+  for (Point p : {Point{2048, 525, 425},
+                  Point{8192, 525 * 602.0 / 521, 425 * 559.0 / 501},
+                  Point{16384, 525 * 616.0 / 521, 425 * 561.0 / 501},
+                  Point{65536, 525 * 616.0 / 521, 425 * 561.0 / 501},
+                  Point{1536, 525 * (423 + 98 * x) / 521,
+                        425 * (424 + 77 * x) / 501}}) {
+    Graph g = flashAttention(p.seq);
+    Box full = g.op(3).sem.fullTile();
+    KernelTimes k = cm.analytic(g, g.op(3), full);
+    INFO("sequence " << p.seq);
+    CHECK(k.forward == Approx(expect(g, full, Pass::Forward, p.forward)));
+    CHECK(k.backwardData ==
+          Approx(expect(g, full, Pass::BackwardData, p.backward)));
+  }
+  // A ring-attention step (the query loop split 2 ways) runs a kernel of
+  // its block's length: 4k queries against the 8k keys price at 4k.
+  Graph g = flashAttention(8192);
+  const OpSemantics &sem = g.op(3).sem;
+  Box half = sem.fullTile();
+  for (size_t l = 0; l < sem.loops.size(); ++l)
+    if (sem.loops[l].name == "q")
+      half.hi[l] = 4096;
+  KernelTimes k = cm.analytic(g, g.op(3), half);
+  CHECK(k.forward == Approx(expect(g, half, Pass::Forward, 525 * 579.0 / 521)));
+  // The A100's FlashAttention-2 rate is one figure at every length.
+  DeviceSpec a100 = catalogDevice("A100-SXM4-80GB");
+  CostModel ca(a100, nullptr, CostMode::Analytic);
+  for (const Box &tile : {sem.fullTile(), half})
+    CHECK(ca.analytic(g, g.op(3), tile).forward ==
+          Approx(g.op(3).sem.tileFlops(Pass::Forward, tile) /
+                     (0.55 * 312e12 * a100.sustainedTensorRatio) +
+                 a100.launchOverhead));
+}

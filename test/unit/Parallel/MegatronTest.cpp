@@ -72,7 +72,9 @@ TEST_CASE("megatron's sequence parallelism splits the replicated ops along "
         "d0=4 d1=2 @0-7");
   CHECK(configOf(*g, *s, "/layers.0/attn/resid_drop/Dropout") ==
         "d0=4 d1=2 @0-7");
-  CHECK(configOf(*g, *s, "/tok/Gather") == "i0=4 i1=2 @0-7");
+  // The token embedding is vocabulary-parallel (its table split by rows,
+  // VocabParallelEmbedding), not split along the sequence.
+  CHECK(configOf(*g, *s, "/tok/Gather") == "i0=4 v=2 @0-7");
   CHECK(configOf(*g, *s, "/layers.0/attn/query/MatMul") == "b0=4 n=2 @0-7");
   CHECK(configOf(*g, *s, "/layers.0/attn/Softmax") == "d0=4 d1=2 @0-7");
   CHECK(configOf(*g, *s, "/layers.0/attn/proj/MatMul") == "b0=4 k=2 @0-7");

@@ -288,7 +288,11 @@ TEST_CASE("megatron what-if with sequence parallelism", "[Parallel][whatif]") {
     CHECK(config(*s0, name).find("x4") != std::string::npos);
     CHECK(config(*s1, name).find("d1=4") != std::string::npos);
   }
-  CHECK(config(*s1, "/wte/Gather").find("i1=4") != std::string::npos);
+  // The token embedding is vocabulary-parallel either way: its table split
+  // by rows, its partial sums reduced (reduce-scattered along the sequence
+  // with sp=1).
+  CHECK(config(*s0, "/wte/Gather").find("v=4") != std::string::npos);
+  CHECK(config(*s1, "/wte/Gather").find("v=4") != std::string::npos);
   // The GEMMs, the attention and the stages are Megatron's either way.
   for (const char *name : {"/h.0/attn/qkv/MatMul", "/h.0/attn/proj/MatMul",
                            "/h.0/attn/FlashAttention", "/h.0/c_proj/MatMul"})

@@ -5,6 +5,7 @@
 #include "../TestInputs.h"
 
 #include "soap/Cost/CostModel.h"
+#include "soap/Cost/OpSignature.h"
 #include <catch2/catch.hpp>
 
 using namespace soap;
@@ -139,4 +140,38 @@ TEST_CASE("fp8 holds an FP8 weight copy and saves GEMM inputs in FP8",
   // The optimizer step recasts the copy: it reads and writes one byte more.
   CHECK(weightBytes(DType::BF16, Optimizer::Adam, true).update() ==
         weightBytes(DType::BF16, Optimizer::Adam).update() + 2);
+}
+
+TEST_CASE("a profiled bf16 GEMM prices its fp8 twin at the ratio of peaks",
+          "[Cost][fp8]") {
+  const DeviceSpec &h100 = catalogDevice("H100-SXM");
+  Graph bf = threeGemms(Precision::BF16), f8 = threeGemms(Precision::FP8);
+  const Op &gemm = f8.op(2);
+  Box full = gemm.sem.fullTile();
+  // The fp8 graph's GEMM has the bf16 one's signature: no FP8 measurement
+  // exists, so the bf16 one is looked up.
+  std::string sig = opSignature(f8, gemm, full);
+  CHECK(sig == opSignature(bf, bf.op(2), full));
+  CostDatabase db;
+  db.env.device = "H100-SXM";
+  KernelEntry e;
+  e.forward = 1e-3;
+  e.backwardData = 2e-3;
+  e.backwardWeight = 2e-3;
+  db.add(sig, e);
+  CostModel cm(h100, &db, CostMode::Profile);
+  auto b = cm.kernel(bf, bf.op(2), full);
+  auto f = cm.kernel(f8, gemm, full);
+  REQUIRE(static_cast<bool>(b));
+  REQUIRE(static_cast<bool>(f));
+  KernelTimes cast = cm.fp8Scaling(f8, gemm, full);
+  CHECK(cast.forward > 0);
+  CHECK(cast.backwardData > 0);
+  // The burst measurement at the sustained clock, then at twice the rate.
+  CHECK(b->forward == Approx(1e-3 / h100.sustainedTensorRatio));
+  CHECK(f->forward == Approx(b->forward / 2 + cast.forward));
+  CHECK(f->backwardData == Approx(b->backwardData / 2 + cast.backwardData));
+  CHECK(f->backwardWeight ==
+        Approx(b->backwardWeight / 2 + cast.backwardWeight));
+  CHECK(f->source == CostSource::Profile);
 }

@@ -25,6 +25,9 @@ published one.
   README_70b.md, NeMo 24.09), on the bundled examples/models/llama3_8b.onnx
   and llama3_70b.onnx (examples/models/decoder.py). Their FLOP/s column is
   the README's own "model flops" formula.
+* The same READMEs' FP8 tables (Transformer Engine's delayed-scaling
+  "hybrid" recipe), same configurations, simulated with --precision fp8;
+  held out like every row but the calibration ones.
 
 A configuration soapc cannot express yet (exit 2 naming a key such as vp,
 sp or cp) is printed as such, and the nearest configuration it can express
@@ -79,6 +82,14 @@ SC21_CALIBRATION = {"1.7", "18.4", "145.6"}
 NEMO = [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]
 NEMO_CALIBRATION = {128}
 
+# The same README's FP8 table, "NeMo Megatron 24.11 FP8 (TP=4, PP=8, MBS=1,
+# VP=12, SEQ=2048)", its gpt3_175b_hydra.yaml: fp8_hybrid, margin 0,
+# interval 1, amax history 1024, algo max. All held out.
+NEMO_FP8 = [(128, 5.92), (256, 5.96), (512, 6.44), (1024, 6.72),
+            (2048, 6.24)]
+NEMO_FP8_SOURCE = ("NVIDIA/dgxc-benchmarking nemo_megatron/README_175b.md "
+                   "(NeMo 24.11 FP8) and gpt3_175b_hydra.yaml")
+
 # NeMo 24.09 Llama 3.1, bf16 (dgxc-benchmarking llama3.1/README_8b.md and
 # README_70b.md): (model, layers, hidden, heads, kv-heads, ffn, batch per
 # GPU, strategy, [(GPUs, seconds per step)]). 8B: TP 1, PP 1, CP 2, MBS 1,
@@ -100,6 +111,18 @@ LLAMA = [
      [(64, 14.72), (128, 14.73), (256, 14.80), (512, 14.89), (1024, 14.92),
       (2048, 14.98)]),
 ]
+# The same READMEs' FP8 tables, "Llama 3.1 8b 24.09 FP8 (TP=1, PP=1, CP=2,
+# MBS=1, GA=32)" and "Llama 3.1 70b 24.09 FP8 (TP=4, PP=4, CP=2, VP=5,
+# MBS=1, GA=64)": the bf16 rows' strategies; configure.sh sets model.fp8,
+# model.fp8_hybrid and model.fp8_params (the weights kept in FP8 with no
+# bf16 copy, and gathered in FP8), the yaml amax history 1024, algo max.
+LLAMA_FP8_SOURCE = ("NVIDIA/dgxc-benchmarking llama3.1/README_%s.md (NeMo "
+                    "24.09 FP8) and configure.sh")
+LLAMA_FP8 = {
+    "8b": [(8, 9.67), (16, 9.73), (32, 9.75), (64, 9.80), (128, 9.82)],
+    "70b": [(64, 11.01), (128, 10.93), (256, 11.16), (512, 11.18),
+            (1024, 11.28), (2048, 11.39)],
+}
 
 
 def llama_model_flops(layers, hidden, heads, kv, ffn, vocab, seq):
@@ -161,6 +184,14 @@ NOTES = [
     "distopt=1, recompute=none; the bundled llama3_8b/llama3_70b.onnx "
     "(seq 8,192, vocabulary 128,256, GQA with 8 kv-heads). Their TFLOP/s "
     "column is the README's model-flops formula.",
+    "FP8 rows: the same READMEs' FP8 tables at the bf16 rows' "
+    "configurations, simulated with --precision fp8 (Transformer Engine's "
+    "delayed-scaling hybrid recipe: linear-layer GEMMs at the FP8 rate, the "
+    "LM head and attention in bf16). The Llama FP8 runs also set "
+    "fp8_params (weights held and gathered in FP8), which soapc does not "
+    "model: it holds bf16 weights plus an FP8 copy and gathers bf16. "
+    "MFU below stays against the bf16 peak (the READMEs' FP8 MFU uses "
+    "1,979 TFLOP/s).",
     "MFU = 6 N tokens / (time GPUs peak), N = the graph's parameters, peak "
     "= dense fp16/bf16 of lib/Machine/DeviceCatalog.cpp (A100 312, H100 "
     "989.5 TFLOP/s). TFLOP/s = SC21's Eq. 3 F / (time GPUs) with the row's "
@@ -215,22 +246,42 @@ def build_rows():
                          "sp": 1, "recompute": "none", "distopt": 1,
                          "tp_comm_overlap": 1},
             "published_s": step})
+    for gpus, step in NEMO_FP8:
+        rows.append({
+            "id": "nemo-175b-fp8-%d" % gpus, "source": NEMO_FP8_SOURCE,
+            "role": "held-out", "model": "nemo_gpt3_175b", "generated": True,
+            "layers": 96, "hidden": 12288, "heads": 96,
+            "vocab": padded_vocab(gpt3.VOCAB, 4),
+            "seq": SEQ, "gpus": gpus, "topology": "dgx-h100-%d" % (gpus // 8),
+            "device": "H100-SXM", "batch": 2 * gpus,
+            "published_precision": "fp8", "precision": "fp8",
+            "kernels": "fused",
+            "strategy": {"tp": 4, "pp": 8, "vp": 12, "cp": 1, "mbs": 1,
+                         "sp": 1, "recompute": "none", "distopt": 1,
+                         "tp_comm_overlap": 1},
+            "published_s": step})
     for r in rows:
         r["parameters"] = gpt3.gpt_params(r["vocab"], r["hidden"],
                                           r["layers"], r["seq"])
         r["flops_eq3"] = eq3_flops(r)
     for (name, layers, hidden, heads, kv, ffn, per_gpu, strategy,
-         runs) in LLAMA:
-        for gpus, step in runs:
+         bf16_runs) in LLAMA:
+        runs = [(gpus, step, "bf16") for gpus, step in bf16_runs] + \
+            [(gpus, step, "fp8") for gpus, step in LLAMA_FP8[name]]
+        for gpus, step, precision in runs:
+            fp8 = precision == "fp8"
             rows.append({
-                "id": "llama3.1-%s-%d" % (name, gpus),
-                "source": LLAMA_SOURCE % name, "role": "held-out",
+                "id": "llama3.1-%s-%s%d" % (name, "fp8-" if fp8 else "",
+                                            gpus),
+                "source": (LLAMA_FP8_SOURCE if fp8 else LLAMA_SOURCE) % name,
+                "role": "held-out",
                 "model": "llama3_" + name, "generated": False,
                 "layers": layers, "hidden": hidden, "heads": heads,
                 "vocab": LLAMA_VOCAB, "seq": LLAMA_SEQ, "gpus": gpus,
                 "topology": "dgx-h100-%d" % (gpus // 8),
                 "device": "H100-SXM", "batch": per_gpu * gpus,
-                "published_precision": "bf16", "kernels": "fused",
+                "published_precision": precision, "precision": precision,
+                "kernels": "fused",
                 "strategy": dict(strategy), "published_s": step,
                 "parameters": llama_params(name),
                 "flops_eq3": per_gpu * gpus * llama_model_flops(
@@ -370,7 +421,8 @@ def simulate(a, r, strategy, models_dir):
     wall seconds, peak RSS bytes)."""
     cmd = [a.soapc, "simulate", model_path(r, models_dir), "--topology",
            os.path.join(a.topology_dir, r["topology"] + ".json"),
-           "--batch", str(r["batch"]), "--precision", "bf16",
+           "--batch", str(r["batch"]),
+           "--precision", r.get("precision", "bf16"),
            "--optimizer", "adam", "--strategy", a.strategy or strategy,
            "--format", "json"]
     cmd += ["--kernels", a.kernels or r["kernels"]]
@@ -552,7 +604,12 @@ def summary(rows):
         "calibration: " + stats([r for r in rows
                                  if r["role"] == "calibration"]),
         "held-out:    " + stats([r for r in rows if r["role"] == "held-out"]),
-        "all:         " + stats(rows)]
+        "all:         " + stats(rows),
+        "of which fp8 (held out): " + stats(
+            [r for r in rows if r.get("precision") == "fp8"]),
+        "bf16 held-out: " + stats(
+            [r for r in rows if r["role"] == "held-out" and
+             r.get("precision", "bf16") != "fp8"])]
     near = [r for r in rows if r.get("nearest", {}).get("status") == "ok"]
     if near:
         lines.append("nearest expressible configurations (not counted "
@@ -637,7 +694,8 @@ def main():
         return
     os.makedirs(a.models_dir, exist_ok=True)
     ensure_models(todo, a.models_dir)
-    print("soapc simulate --precision bf16 --optimizer adam --kernels %s; "
+    print("soapc simulate --precision bf16 (fp8 for the FP8 rows) "
+          "--optimizer adam --kernels %s; "
           "each simulation stopped past %gs or %.1f GiB resident (RSS "
           "column: soapc's peak GiB)" % (
               a.kernels or "no-flash (SC21) / fused (NeMo)", a.timeout,

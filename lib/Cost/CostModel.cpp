@@ -35,12 +35,17 @@ std::optional<Optimizer> parseOptimizer(llvm::StringRef name) {
   return std::nullopt;
 }
 
-WeightBytes weightBytes(DType t, Optimizer o) {
+WeightBytes weightBytes(DType t, Optimizer o, bool fp8Copy) {
   Bytes eb = dtypeBytes(t);
   Bytes state = optimizerStateFactor(o);
+  Bytes copy = fp8Copy ? 1 : 0;
   if (t == DType::BF16 || t == DType::F16)
-    return {eb, eb, 4 * (1 + state)};
-  return {eb, eb, eb * state};
+    return {eb + copy, eb, 4 * (1 + state)};
+  return {eb + copy, eb, eb * state};
+}
+
+WeightBytes weightBytes(const Value &w, Optimizer o) {
+  return weightBytes(w.dtype, o, w.fp8Copy);
 }
 
 int optimizerStateFactor(Optimizer o) {
@@ -144,13 +149,55 @@ const char *dtypeKey(DType t) {
   }
 }
 
-
+/// The element types of `op`'s operands; with `fp8`, an FP8 GEMM's two
+/// operands read as 1 byte.
 void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
-                  std::vector<DType> &out) {
+                  std::vector<DType> &out, bool fp8 = true) {
   for (ValueId v : op.inputs)
     in.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
   for (ValueId v : op.outputs)
     out.push_back(v == kNoValue ? DType::F32 : g.value(v).dtype);
+  // An FP8 GEMM reads its two operands in FP8 (1 byte: U8 stands for it
+  // in the byte counts) and writes bf16.
+  if (fp8 && op.fp8)
+    for (size_t i = 0; i < 2 && i < in.size(); ++i)
+      in[i] = DType::U8;
+}
+
+/// An op that only moves or relabels its input's elements.
+bool layoutKind(llvm::StringRef k) {
+  return k == "Reshape" || k == "Transpose" || k == "Squeeze" ||
+         k == "Unsqueeze" || k == "Flatten" || k == "Identity";
+}
+
+/// The op `v` comes from, looking through layout ops; null for a graph
+/// input or weight.
+const Op *producerThroughLayout(const Graph &g, ValueId v) {
+  while (v != kNoValue && g.value(v).producer >= 0) {
+    const Op &p = g.op(g.value(v).producer);
+    if (!layoutKind(p.kind))
+      return &p;
+    v = p.input(0);
+  }
+  return nullptr;
+}
+
+/// An activation function, alone or in a fused element-wise chain (its
+/// member kinds): the kernels Transformer Engine's LayerNormMLP fuses the
+/// FP8 cast into, forward and backward.
+bool activationKernel(const Op &op) {
+  static const char *const kinds[] = {"Gelu",      "Relu", "Sigmoid",
+                                      "Tanh",      "Erf",  "Softplus",
+                                      "HardSwish", "Mish", "Elu"};
+  std::string members =
+      op.kind == "FusedElementwise" ? op.getString("kinds", "") : op.kind;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  llvm::StringRef(members).split(parts, ',');
+  for (llvm::StringRef p : parts)
+    for (const char *k : kinds)
+      if (p == k)
+        return true;
+  return false;
 }
 
 } // namespace
@@ -158,7 +205,8 @@ void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
 void setTileWork(KernelEntry &e, const Graph &g, const Op &op,
                  const Box &tile) {
   std::vector<DType> inT, outT;
-  operandTypes(g, op, inT, outT);
+  // What soap-profile measures is the bf16 kernel (it has no FP8 ones).
+  operandTypes(g, op, inT, outT, false);
   for (int p = 0; p < 3; ++p) {
     Pass pass = static_cast<Pass>(p);
     bool none = pass == Pass::BackwardWeight && op.sem.weightInputs.empty();
@@ -198,6 +246,62 @@ double CostModel::memoryBandwidth() const {
   if (db_ && db_->memoryBandwidthBytesPerSec > 0)
     return db_->memoryBandwidthBytesPerSec;
   return device_.memoryBandwidthBytesPerSec;
+}
+
+double CostModel::fp8Speedup() const {
+  double bf16 = device_.peakFlopsPerSec(PeakFormat::FP16),
+         fp8 = device_.peakFlopsPerSec(PeakFormat::FP8);
+  return fp8 > 0 && bf16 > 0 ? fp8 / bf16 : 1;
+}
+
+KernelTimes CostModel::fp8Scaling(const Graph &g, const Op &op,
+                                  const Box &tile) const {
+  KernelTimes k;
+  if (!op.fp8)
+    return k;
+  int x = -1;
+  for (int i = 0; i < 2 && i < int(op.inputs.size()); ++i)
+    if (op.inputs[size_t(i)] != kNoValue &&
+        g.value(op.inputs[size_t(i)]).kind != ValueKind::Weight)
+      x = i;
+  double bw = memoryBandwidth() * memoryEfficiency();
+  Seconds launch = device_.launchOverhead;
+  // Each scaled tensor's fp32 amax history, read and written per pass.
+  double history = double(kFp8AmaxHistory) * 4 * 2;
+  if (x >= 0) {
+    double n = double(op.sem.inputRegion(x, tile).volume());
+    const Op *from = producerThroughLayout(g, op.inputs[size_t(x)]);
+    bool fused =
+        from && (llvm::StringRef(from->kind).endswith("Normalization") ||
+                 activationKernel(*from));
+    // The input's and the weight's histories.
+    if (fused) {
+      k.forward = 2 * history / bw;
+      k.backwardWeight = 2 * n / bw + launch;
+    } else {
+      k.forward = (4 * n + 2 * history) / bw + launch;
+    }
+  }
+  ValueId y = op.output(0);
+  if (y != kNoValue) {
+    double n = double(op.sem.outputRegion(0, tile).volume());
+    // Fused when every reader (through layout ops) is an activation.
+    bool fused = !g.value(y).users.empty();
+    std::vector<ValueId> work{y};
+    while (!work.empty() && fused) {
+      ValueId v = work.back();
+      work.pop_back();
+      for (OpId u : g.value(v).users) {
+        const Op &user = g.op(u);
+        if (layoutKind(user.kind))
+          work.insert(work.end(), user.outputs.begin(), user.outputs.end());
+        else
+          fused = fused && activationKernel(user);
+      }
+    }
+    k.backwardData = fused ? history / bw : (4 * n + history) / bw + launch;
+  }
+  return k;
 }
 
 std::string CostModel::fitKey(llvm::StringRef kind, DType t) {
@@ -437,6 +541,16 @@ static KernelTimes withoutUnneededBackwardData(const Op &op, KernelTimes k) {
   return k;
 }
 
+/// An FP8 GEMM's times with its scaling work added. The output gradient's
+/// cast serves both backward GEMMs: it goes with backward-weight where no
+/// backward-data pass runs.
+static KernelTimes withFp8Scaling(KernelTimes k, const KernelTimes &s) {
+  k.forward += s.forward;
+  (k.backwardData > 0 ? k.backwardData : k.backwardWeight) += s.backwardData;
+  k.backwardWeight += s.backwardWeight;
+  return k;
+}
+
 KernelTimes CostModel::analytic(const Graph &g, const Op &op,
                                 const Box &tile) const {
   std::vector<DType> inT, outT;
@@ -460,8 +574,8 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
     double bytes = static_cast<double>(op.sem.tileBytes(pass, tile, inT, outT));
     if (pass == Pass::BackwardWeight && op.sem.weightInputs.empty())
       flops = bytes = 0;
-    double peak =
-        peakFlops(dt) * nearestBySize(computed, flops, computeEff);
+    double peak = peakFlops(dt) * nearestBySize(computed, flops, computeEff) *
+                  (op.fp8 ? fp8Speedup() : 1);
     double attention =
         op.kind == "FlashAttention"
             ? publishedAttentionFlops(device_.name, dt, pass,
@@ -484,7 +598,8 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
   k.backwardData = t[1];
   k.backwardWeight = t[2];
   k.source = CostSource::Analytic;
-  return withoutUnneededBackwardData(op, k);
+  return withFp8Scaling(withoutUnneededBackwardData(op, k),
+                        fp8Scaling(g, op, tile));
 }
 
 llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
@@ -496,16 +611,20 @@ llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
       // A pass the host enqueues more slowly than the GPU runs it takes the
       // host's time: issued back to back, the GPU waits for the host.
       // Measured in bursts: a tensor-core kernel's sustained time is longer.
+      // An FP8 GEMM: the measured bf16 kernel at the FP8 rate.
       double slow = tensorCoreKernel(op.kind, opDType(g, op))
                         ? 1 / device_.sustainedTensorRatio
                         : 1;
+      if (op.fp8)
+        slow /= fp8Speedup();
       KernelTimes k;
       k.forward = std::max(e->forward * slow, e->launch[0]);
       k.backwardData = std::max(e->backwardData * slow, e->launch[1]);
       k.backwardWeight = std::max(e->backwardWeight * slow, e->launch[2]);
       k.workspace = e->workspace;
       k.source = CostSource::Profile;
-      return withoutUnneededBackwardData(op, k);
+      return withFp8Scaling(withoutUnneededBackwardData(op, k),
+                            fp8Scaling(g, op, tile));
     }
     ++misses_;
     if (mode_ == CostMode::Strict)
@@ -525,7 +644,7 @@ TileMemory CostModel::memory(const Graph &g, const Op &op, const Box &tile,
   TileMemory m;
   for (int i : op.sem.weightInputs) {
     int64_t n = op.sem.inputRegion(i, tile).volume();
-    WeightBytes wb = weightBytes(inT[i], opt);
+    WeightBytes wb = weightBytes(g.value(op.inputs[size_t(i)]), opt);
     m.weights += n * wb.weight;
     m.gradients += n * wb.gradient;
     m.optimizer += n * wb.optimizer;

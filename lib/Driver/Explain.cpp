@@ -158,7 +158,7 @@ Json explainStrategy(const Simulator &sim, const SimMetrics &m) {
                 pipe.inFlight(pipe.stage(op.id));
       for (int i : op.sem.weightInputs)
         b += op.sem.inputRegion(i, tile).volume() *
-             totalWeightBytes(inT[size_t(i)], ctx.optimizer);
+             totalWeightBytes(g.value(op.inputs[size_t(i)]), ctx.optimizer);
       for (int32_t r = 0; r < c.replicas; ++r)
         held[c.device(k, r)] += b;
     }

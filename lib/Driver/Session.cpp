@@ -85,7 +85,8 @@ llvm::Expected<std::unique_ptr<Graph>> loadModel(const DriverOptions &o,
   std::string precision = o.precision.value_or("fp32");
   auto prec = parsePrecision(precision);
   if (!prec)
-    return inputError("--precision must be fp32 or bf16, got '{}'", precision);
+    return inputError("--precision must be fp32, bf16 or fp8, got '{}'",
+                      precision);
   ImportOptions opts;
   opts.batch = effectiveBatch(o, devices);
   opts.appendLoss = !o.noLoss.value_or(false);
@@ -124,6 +125,15 @@ loadProfile(const DriverOptions &o, llvm::StringRef device) {
   return std::optional<CostDatabase>(std::move(*db));
 }
 
+/// The catalog's devices with FP8 tensor cores, for the error message.
+static std::string fp8DeviceNames() {
+  std::string out;
+  for (const DeviceSpec &d : deviceCatalog())
+    if (d.peakFlopsPerSec(PeakFormat::FP8) > 0)
+      out += (out.empty() ? "" : ", ") + d.name.str();
+  return out;
+}
+
 llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
   if (o.topologyPath.empty())
     return inputError("--topology is required");
@@ -146,7 +156,14 @@ llvm::Expected<std::unique_ptr<Session>> Session::open(const DriverOptions &o) {
   s->mode = *mode;
   s->optimizer = *opt;
   s->topo = std::make_unique<Topology>(std::move(*topo));
-  auto db = loadProfile(o, s->topo->deviceSpec().name);
+  const DeviceSpec &device = s->topo->deviceSpec();
+  if (o.precision && *o.precision == "fp8" &&
+      device.peakFlopsPerSec(PeakFormat::FP8) <= 0)
+    return inputError("{}: --precision fp8: the device '{}' has no FP8 "
+                      "tensor cores (FP8 needs Hopper or later: {})",
+                      resolveTopologyPath(o.topologyPath), device.name.str(),
+                      fp8DeviceNames());
+  auto db = loadProfile(o, device.name);
   if (!db)
     return db.takeError();
   s->db = std::move(*db);

@@ -48,8 +48,17 @@ llvm::Expected<Emitted> emitMegatron(const EmitContext &c) {
     add("--overlap-param-gather");
   if (l.gradSync.bucketParams > 0)
     add(fmt::format("--ddp-bucket-size {}", l.gradSync.bucketParams));
-  if (c.plan.inputs.precision == "bf16")
+  const std::string &precision = c.plan.inputs.precision;
+  if (precision == "bf16" || precision == "fp8")
     add("--bf16");
+  if (precision == "fp8") {
+    // Transformer Engine's delayed scaling as NVIDIA's recipes set it:
+    // E4M3 forward, E5M2 gradients, the maximum over 1,024 steps' amaxes.
+    add("--transformer-impl transformer_engine");
+    add("--fp8-format hybrid");
+    add(fmt::format("--fp8-amax-history-len {}", kFp8AmaxHistory));
+    add("--fp8-amax-compute-algo max");
+  }
   const std::string &optimizer = c.plan.inputs.optimizer;
   if (optimizer == "adam") {
     add("--optimizer adam");

@@ -37,7 +37,8 @@ llvm::Expected<Emitted> emitNemo(const EmitContext &c) {
                      "ZeRO-1");
 
   const ModelShape &m = l.shape;
-  bool bf16 = c.plan.inputs.precision == "bf16";
+  bool fp8 = c.plan.inputs.precision == "fp8";
+  bool bf16 = c.plan.inputs.precision == "bf16" || fp8;
   int64_t perNode = int64_t(c.topo.devicesPerNode());
   auto yesNo = [](bool b) { return b ? "true" : "false"; };
   std::string y;
@@ -60,6 +61,17 @@ llvm::Expected<Emitted> emitNemo(const EmitContext &c) {
   y += fmt::format("  ub_tp_comm_overlap: {}\n",
                    yesNo(l.gradSync.tpCommOverlap));
   y += fmt::format("  megatron_amp_O2: {}\n", yesNo(bf16));
+  if (fp8) {
+    // Transformer Engine's delayed scaling, as NeMo's GPT-3 recipe sets it.
+    y += "  transformer_engine: true\n"
+         "  fp8: true\n"
+         "  fp8_e4m3: false\n"
+         "  fp8_hybrid: true\n"
+         "  fp8_margin: 0\n"
+         "  fp8_interval: 1\n";
+    y += fmt::format("  fp8_amax_history_len: {}\n", kFp8AmaxHistory);
+    y += "  fp8_amax_compute_algo: max\n";
+  }
   switch (l.recompute) {
   case RecomputeMode::None:
     y += "  activations_checkpoint_granularity: null\n"

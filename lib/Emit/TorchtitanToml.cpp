@@ -134,6 +134,12 @@ llvm::Expected<Emitted> emitTorchtitan(const EmitContext &c) {
   else
     replicate = l.dp;
   bool fsdp = shard > 1 || l.cp > 1;
+  if (c.plan.inputs.precision == "fp8")
+    return planError(c, "/search/precision",
+                     "fp8: the plan is Transformer Engine's delayed-scaling "
+                     "recipe; torchtitan's float8 linears (torchao) scale "
+                     "each tensor or row from its current amax, another "
+                     "recipe");
   bool bf16 = c.plan.inputs.precision == "bf16";
   if (bf16 && (l.tp > 1 || l.pp > 1) && !fsdp)
     return planError(c, "/search/precision",

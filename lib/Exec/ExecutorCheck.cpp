@@ -47,6 +47,10 @@ llvm::Error ExecOptions::validate() const {
   if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam")
     return inputError("optimizer '{}': soap-run runs sgd, momentum or adam",
                       optimizer);
+  if (precision == "fp8")
+    return inputError("precision 'fp8': soap-run has no FP8 kernels "
+                      "(Transformer Engine's recipe); it runs fp32 or bf16 "
+                      "plans");
   if (precision != "fp32" && precision != "bf16")
     return inputError("precision '{}': soap-run runs fp32 or bf16 plans",
                       precision);

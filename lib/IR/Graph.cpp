@@ -104,6 +104,12 @@ llvm::Error Graph::computeSemantics() {
     if (!sem)
       return withContext(sem.takeError(), where(o.id) + ": ");
     o.sem = std::move(*sem);
+    // Transformer Engine saves an FP8 GEMM's activation inputs for its
+    // weight gradient in FP8, 1 byte an element.
+    if (o.fp8)
+      for (SavedOperand &so : o.sem.saved)
+        if (!so.isOutput)
+          so.bytesPerElement = 1;
     // Each output dim takes the class of the loop that indexes it.
     for (size_t j = 0; j < o.outputs.size(); ++j) {
       if (o.outputs[j] == kNoValue)
@@ -204,6 +210,30 @@ double Graph::forwardFlops() const {
   return f;
 }
 
+/// Whether `op`'s output reaches a loss or a graph output through layout
+/// ops alone (the logits of an LM head or classifier).
+static bool feedsLogits(const Graph &g, const Op &op) {
+  std::vector<ValueId> work(op.outputs.begin(), op.outputs.end());
+  while (!work.empty()) {
+    ValueId v = work.back();
+    work.pop_back();
+    if (v == kNoValue)
+      continue;
+    if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end())
+      return true;
+    for (OpId u : g.value(v).users) {
+      const Op &user = g.op(u);
+      llvm::StringRef k = user.kind;
+      if (k.endswith("Loss"))
+        return true;
+      if (k == "Reshape" || k == "Transpose" || k == "Flatten" ||
+          k == "Squeeze" || k == "Unsqueeze" || k == "Identity")
+        work.insert(work.end(), user.outputs.begin(), user.outputs.end());
+    }
+  }
+  return false;
+}
+
 llvm::Error Graph::setPrecision(Precision p) {
   if (p == Precision::FP32)
     return llvm::Error::success();
@@ -212,10 +242,20 @@ llvm::Error Graph::setPrecision(Precision p) {
         (v.kind == ValueKind::Activation || v.kind == ValueKind::Input ||
          v.kind == ValueKind::Weight))
       v.dtype = DType::BF16;
+  fp8_ = p == Precision::FP8;
+  for (Op &o : ops_) {
+    o.fp8 = fp8_ && (o.kind == "MatMul" || o.kind == "Gemm") &&
+            !o.sem.weightInputs.empty() && !feedsLogits(*this, o);
+    if (o.fp8)
+      for (int i : o.sem.weightInputs)
+        values_[size_t(o.inputs[size_t(i)])].fp8Copy = true;
+  }
   return computeSemantics();
 }
 
 Precision Graph::precision() const {
+  if (fp8_)
+    return Precision::FP8;
   for (const Value &v : values_)
     if (v.dtype == DType::BF16 &&
         (v.kind == ValueKind::Activation || v.kind == ValueKind::Weight))

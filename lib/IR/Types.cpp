@@ -30,7 +30,15 @@ static const char *kDTypeNames[] = {"f32", "f16", "bf16", "f64", "i64",
 llvm::StringRef dtypeName(DType t) { return kDTypeNames[static_cast<int>(t)]; }
 
 llvm::StringRef precisionName(Precision p) {
-  return p == Precision::BF16 ? "bf16" : "fp32";
+  switch (p) {
+  case Precision::BF16:
+    return "bf16";
+  case Precision::FP8:
+    return "fp8";
+  case Precision::FP32:
+    break;
+  }
+  return "fp32";
 }
 
 std::optional<Precision> parsePrecision(llvm::StringRef name) {
@@ -38,6 +46,8 @@ std::optional<Precision> parsePrecision(llvm::StringRef name) {
     return Precision::FP32;
   if (name == "bf16")
     return Precision::BF16;
+  if (name == "fp8")
+    return Precision::FP8;
   return std::nullopt;
 }
 

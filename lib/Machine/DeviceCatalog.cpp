@@ -15,6 +15,8 @@ double DeviceSpec::peakFlopsPerSec(PeakFormat f) const {
     return tf32FlopsPerSec;
   case PeakFormat::FP16:
     return fp16FlopsPerSec;
+  case PeakFormat::FP8:
+    return fp8FlopsPerSec;
   }
   return fp32FlopsPerSec;
 }
@@ -92,19 +94,20 @@ static const DeviceSpec kCatalog[] = {
      "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)", kLaunchNew, false,
      kNcclShareNvlink, kNcclShareNetwork},
     // NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP64 tensor core 67 (34
-    // without), FP32 67, TF32 989 and FP16/BF16 1,979 TFLOP/s with sparsity,
-    // i.e. 494.5 and 989.5 dense; 80 GB HBM3 at 3.35 TB/s.
+    // without), FP32 67, TF32 989, FP16/BF16 1,979 and FP8 3,958 TFLOP/s
+    // with sparsity, i.e. 494.5, 989.5 and 1,979 dense; 80 GB HBM3 at
+    // 3.35 TB/s.
     {"H100-SXM", "NVIDIA H100 SXM5 80 GB", 67 * T, 67 * T, 494.5 * T, 989.5 * T,
      true, 3350 * GBps, 80 * GiB, 3e-6,
      "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5)", kLaunchNew, false,
-     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained},
+     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained, 1979 * T},
     // NVIDIA H200 Tensor Core GPU datasheet, SXM: the H100's compute (FP64
-    // tensor core 67, FP32 67, TF32 989 and FP16/BF16 1,979 sparse) with
-    // 141 GB HBM3e at 4.8 TB/s.
+    // tensor core 67, FP32 67, TF32 989, FP16/BF16 1,979 and FP8 3,958
+    // sparse) with 141 GB HBM3e at 4.8 TB/s.
     {"H200-SXM", "NVIDIA H200 SXM 141 GB", 67 * T, 67 * T, 494.5 * T, 989.5 * T,
      true, 4800 * GBps, 141 * GiB, 3e-6,
      "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)", kLaunchNew, false,
-     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained},
+     kNcclShareNvlink, kNcclShareNetwork, kHopperSustained, 1979 * T},
     // One core of the 2-core development host (an Intel Xeon guest under
     // KVM whose CPUID hides the model name; family 6 model 167 at 2.6 GHz and
     // model 207 at 2.3 GHz have been seen, both with AVX-512 and FMA) as

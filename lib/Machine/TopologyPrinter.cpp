@@ -111,9 +111,11 @@ void printTopology(const Topology &t, llvm::raw_ostream &os) {
   os << fmt::format("device: {} ({}) x {}\n", d.name.str(), d.fullName.str(),
                     t.numDevices());
   os << fmt::format("  peak dense TFLOP/s: fp64 {}, fp32 {}, tf32 {}, "
-                    "fp16/bf16 {}{}\n",
+                    "fp16/bf16 {}{}{}\n",
                     tflops(d.fp64FlopsPerSec), tflops(d.fp32FlopsPerSec),
                     tflops(d.tf32FlopsPerSec), tflops(d.fp16FlopsPerSec),
+                    d.fp8FlopsPerSec > 0 ? ", fp8 " + tflops(d.fp8FlopsPerSec)
+                                         : std::string(),
                     d.tensorCores ? " (tensor cores)" : "");
   os << fmt::format("  memory: {} at {:.0f} GB/s\n",
                     formatBytes(double(d.memoryBytes)),
@@ -208,7 +210,8 @@ Json deviceSpecToJson(const DeviceSpec &d) {
                {{"fp64", d.fp64FlopsPerSec},
                 {"fp32", d.fp32FlopsPerSec},
                 {"tf32", d.tf32FlopsPerSec},
-                {"fp16", d.fp16FlopsPerSec}}},
+                {"fp16", d.fp16FlopsPerSec},
+                {"fp8", d.fp8FlopsPerSec}}},
               {"tensor_cores", d.tensorCores},
               {"memory_bytes", d.memoryBytes},
               {"memory_bandwidth_bytes_per_sec", d.memoryBandwidthBytesPerSec},
@@ -299,13 +302,15 @@ Json topologyToJson(const Topology &t) {
 }
 
 void printDeviceCatalog(llvm::raw_ostream &os) {
-  Table t({"device", "fp64 TF", "fp32 TF", "tf32 TF", "fp16 TF", "memory",
-           "mem GB/s", "launch us"},
-          {false, true, true, true, true, true, true, true});
+  Table t({"device", "fp64 TF", "fp32 TF", "tf32 TF", "fp16 TF", "fp8 TF",
+           "memory", "mem GB/s", "launch us"},
+          {false, true, true, true, true, true, true, true, true});
   for (const DeviceSpec &d : deviceCatalog())
     t.addRow({d.name.str(), tflops(d.fp64FlopsPerSec),
               tflops(d.fp32FlopsPerSec), tflops(d.tf32FlopsPerSec),
-              tflops(d.fp16FlopsPerSec), formatBytes(double(d.memoryBytes)),
+              tflops(d.fp16FlopsPerSec),
+              d.fp8FlopsPerSec > 0 ? tflops(d.fp8FlopsPerSec) : "-",
+              formatBytes(double(d.memoryBytes)),
               fmt::format("{:.0f}", d.memoryBandwidthBytesPerSec / 1e9),
               fmt::format("{:.1f}", d.launchOverhead * 1e6)});
   t.print(os);

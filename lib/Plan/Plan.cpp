@@ -360,8 +360,8 @@ llvm::Error PlanParser::parseSearch(const Json &j, Plan &p) const {
     SOAP_PLAN_TRY(precision, r_.string(*s, "/search", "precision"));
     if (!parsePrecision(precision))
       return r_.error("/search/precision",
-                      fmt::format("expected \"fp32\" or \"bf16\", got "
-                                  "\"{}\"",
+                      fmt::format("expected \"fp32\", \"bf16\" or "
+                                  "\"fp8\", got \"{}\"",
                                   precision));
     p.inputs.precision = precision;
   }

@@ -38,6 +38,10 @@ llvm::Expected<ReplayPlan> loadReplayPlan(const std::string &planPath,
                       "'{}'",
                       planPath, db->env.device,
                       rp.topo->deviceSpec().name.str());
+  if (plan->inputs.precision == "fp8")
+    return inputError("{}: /search/precision: fp8: soap-profile has no FP8 "
+                      "kernels to replay (it measures fp32 and bf16 tiles)",
+                      planPath);
   // Imported as the plan was searched: unrolled, at its element type (bf16
   // tiles are other kernels; readPlan checked the name).
   ImportOptions io;

@@ -63,7 +63,7 @@ llvm::Expected<ConfigCost> configCost(const SearchProblem &p, const Op &op,
         g.value(w).users.size() != 1 || !op.sem.inputs[i].present)
       continue;
     Bytes eb = dtypeBytes(g.value(w).dtype);
-    WeightBytes wbytes = weightBytes(g.value(w).dtype, p.optimizer);
+    WeightBytes wbytes = weightBytes(g.value(w), p.optimizer);
     std::map<std::vector<int64_t>, std::vector<DeviceId>> groups;
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box b = op.sem.inputRegion(static_cast<int>(i), c.tile(op.sem, k));

@@ -1173,7 +1173,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       bk.insert(bk.end(), b.hi.begin(), b.hi.end());
       if (holders[size_t(i)][bk].size() < 2)
         continue;
-      WeightBytes wb = weightBytes(inT[size_t(i)], ctx_->optimizer);
+      WeightBytes wb =
+          weightBytes(g.value(op.inputs[size_t(i)]), ctx_->optimizer);
       during += b.volume() * wb.gradient;
       if (zs == 3)
         gathered += b.volume() * wb.weight;

@@ -732,7 +732,7 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
   }
   uint32_t gi = 0;
   double bw = ctx_->cost.memoryBandwidth();
-  WeightBytes per = weightBytes(wv.dtype, ctx_->optimizer);
+  WeightBytes per = weightBytes(wv, ctx_->optimizer);
   std::vector<std::pair<DeviceId, DeviceMemory>> &memory = weightMem_[w];
   uint32_t uw = 0x80000000u | uint32_t(w);
   auto subKey = [](uint64_t sub, int32_t mb, uint64_t pass, OpId u = 0) {

@@ -186,7 +186,7 @@ static llvm::Expected<EnumerateOptions> enumerateOptions() {
   o.unrollRnn = unrollRnn;
   o.appendLoss = !noLoss;
   auto precision = parsePrecision(precisionOpt);
-  if (!precision)
+  if (!precision || *precision == Precision::FP8)
     return inputError("--precision must be fp32 or bf16, got '{}'",
                       precisionOpt.getValue());
   o.precision = *precision;

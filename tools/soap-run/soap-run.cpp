@@ -138,6 +138,14 @@ static llvm::Error run(Comm &comm) {
   auto plan = readPlan(planPath);
   if (!plan)
     return plan.takeError();
+  // Refused before anything else is read: there are no FP8 kernels here.
+  if (plan->inputs.precision == "fp8") {
+    ExecOptions fp8 = opts;
+    fp8.precision = plan->inputs.precision;
+    if (auto err = fp8.validate())
+      return inputError("{}: /search/precision: {}", planPath.getValue(),
+                        toString(std::move(err)));
+  }
   auto modelSha = sha256File(modelPath);
   if (!modelSha)
     return modelSha.takeError();

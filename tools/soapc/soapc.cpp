@@ -137,7 +137,8 @@ static cl::opt<std::string> precisionOpt(
     "precision",
     cl::desc("fp32, or bf16 mixed precision (bf16 activations, weights and "
              "gradients at the tensor-core rate; fp32 master weights and "
-             "optimizer state)"),
+             "optimizer state), or fp8: bf16 with the linear layers' GEMMs "
+             "in FP8 as Transformer Engine runs them (Hopper)"),
     cl::init("fp32"), SOAP_MACHINE_CMDS, cl::cat(soapCat));
 static cl::opt<std::string> kernelsOpt(
     "kernels",

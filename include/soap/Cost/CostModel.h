@@ -35,17 +35,25 @@ int optimizerStateFactor(Optimizer o);
 /// What one weight element costs the device that holds it: the weight, its
 /// gradient, and the optimizer's state — fp32: 4 + 4 + 4 x state; bf16
 /// (mixed precision): 2 + 2 + 4 x (1 + state), the fp32 master copy
-/// included (16 bytes with Adam, DeepSpeed's figure). `update` is the bytes
-/// its optimizer step reads and writes.
+/// included (16 bytes with Adam, DeepSpeed's figure). A weight with an FP8
+/// copy (--precision fp8, Value::fp8Copy) holds 1 byte more as `weight`:
+/// 3 + 2 + 4 x (1 + state). `update` is the bytes its optimizer step reads
+/// and writes (with an FP8 copy, the step's recast of it counted as the
+/// weight's read and write).
 struct WeightBytes {
   Bytes weight = 0, gradient = 0, optimizer = 0;
   Bytes update() const { return gradient + 2 * optimizer + 2 * weight; }
 };
-WeightBytes weightBytes(DType t, Optimizer o);
+WeightBytes weightBytes(DType t, Optimizer o, bool fp8Copy = false);
+/// The same for the weight `w` (its type and FP8 copy).
+WeightBytes weightBytes(const Value &w, Optimizer o);
 /// weight + gradient + optimizer of weightBytes.
-inline Bytes totalWeightBytes(DType t, Optimizer o) {
-  WeightBytes w = weightBytes(t, o);
+inline Bytes totalWeightBytes(DType t, Optimizer o, bool fp8Copy = false) {
+  WeightBytes w = weightBytes(t, o, fp8Copy);
   return w.weight + w.gradient + w.optimizer;
+}
+inline Bytes totalWeightBytes(const Value &w, Optimizer o) {
+  return totalWeightBytes(w.dtype, o, w.fp8Copy);
 }
 
 enum class CostSource : uint8_t { Profile, Analytic };
@@ -137,6 +145,26 @@ public:
   /// profile has it).
   double peakFlops(DType t) const;
   double memoryBandwidth() const;
+  /// The device's dense FP8 over bf16 tensor-core peak (2 on Hopper; 1
+  /// where it has no FP8): an FP8 GEMM (Op::fp8) takes its bf16 time,
+  /// measured or fitted, divided by it, no profile having measured FP8
+  /// GEMMs yet.
+  double fp8Speedup() const;
+  /// Transformer Engine's per-tensor scaling work around an FP8 GEMM tile,
+  /// per pass (zero for another op): the casts to FP8 it does not fuse
+  /// into a neighbouring kernel, each bandwidth-bound plus a launch, with
+  /// the amax history update. Forward: the activation input cast with its
+  /// transposed copy (read 2, write 1 + 1 bytes an element) unless a norm
+  /// or activation kernel writes it in FP8 (TE's LayerNormLinear,
+  /// LayerNormMLP), where only the transpose the weight gradient needs
+  /// remains (read 1, write 1), in backward-weight. Backward-data: the
+  /// output gradient cast to E5M2 with its transpose (read 2, write 2)
+  /// unless the output feeds an activation whose backward writes it so.
+  /// The amaxes are reduced inside these kernels; the delayed-scaling
+  /// update reads and writes each scaled tensor's fp32 amax history
+  /// (kFp8AmaxHistory entries) per pass. Weights are cast once a step,
+  /// by the optimizer step (weightBytes).
+  KernelTimes fp8Scaling(const Graph &g, const Op &op, const Box &tile) const;
 
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }

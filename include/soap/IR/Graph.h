@@ -54,6 +54,9 @@ struct Value {
   /// (Graph::computeSemantics). Graph inputs, constants and what is computed
   /// from them alone need none.
   bool needsGrad = false;
+  /// A weight an FP8 GEMM reads (Op::fp8): Transformer Engine keeps an
+  /// FP8 copy of it beside the bf16 weight, 1 byte per element.
+  bool fp8Copy = false;
 
   bool isActivationLike() const {
     return kind == ValueKind::Activation || kind == ValueKind::Input;
@@ -74,6 +77,10 @@ struct Op {
   std::vector<ValueId> outputs; ///< kNoValue for an absent optional output
   std::map<std::string, AttrValue> attrs;
   OpSemantics sem;
+  /// --precision fp8: a linear layer's GEMM that Transformer Engine runs in
+  /// FP8 (E4M3 operands forward, E5M2 gradients backward, bf16 output),
+  /// saving its activation inputs in FP8 (Graph::setPrecision).
+  bool fp8 = false;
 
   bool hasAttr(llvm::StringRef key) const { return attrs.count(key.str()); }
   int64_t getInt(llvm::StringRef key, int64_t dflt) const;
@@ -128,9 +135,16 @@ public:
   /// Mixed precision: every fp32 activation, input and weight becomes bf16
   /// (the fp32 master weights and optimizer state are the cost model's
   /// weightBytes; integer values and constants keep their types); the
-  /// semantics are derived again (bytes saved for backward halve).
+  /// semantics are derived again (bytes saved for backward halve). FP8 is
+  /// bf16 with Transformer Engine's FP8 linear layers: every MatMul or Gemm
+  /// with a weight becomes Op::fp8 and its weight Value::fp8Copy, but the
+  /// one whose output reaches the loss (or a graph output) through layout
+  /// ops only: the LM head, which Megatron-Core builds outside Transformer
+  /// Engine, stays bf16; so do attention's GEMMs (no weights), as TE's
+  /// fused attention runs them in bf16 unless fp8_dpa is set.
   llvm::Error setPrecision(Precision p);
-  /// BF16 when any weight or activation is bf16, else FP32.
+  /// FP8 after setPrecision(FP8); else BF16 when any weight or activation
+  /// is bf16, else FP32.
   Precision precision() const;
   /// The op whose name is `name`, or -1.
   OpId findOp(llvm::StringRef name) const;
@@ -143,6 +157,7 @@ private:
   std::vector<Op> ops_;
   std::map<std::string, ValueId> valueByName_;
   std::map<std::string, OpId> opByName_;
+  bool fp8_ = false; ///< setPrecision(FP8)
 };
 
 } // namespace soap

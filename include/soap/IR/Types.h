@@ -18,9 +18,16 @@ llvm::StringRef dtypeName(DType t);
 
 /// --precision: fp32 everywhere, or bf16 mixed precision (bf16 weights,
 /// activations and gradients, fp32 master weights and optimizer state, as
-/// Megatron-LM and DeepSpeed train).
-enum class Precision : uint8_t { FP32, BF16 };
+/// Megatron-LM and DeepSpeed train), or fp8: bf16 mixed precision whose
+/// linear layers' GEMMs run in FP8 as Transformer Engine's delayed-scaling
+/// recipe runs them (Graph::setPrecision).
+enum class Precision : uint8_t { FP32, BF16, FP8 };
 llvm::StringRef precisionName(Precision p);
+/// The amax history FP8 keeps per scaled tensor, as NVIDIA's Megatron-LM
+/// and NeMo recipes set it (--fp8-amax-history-len 1024 with
+/// --fp8-amax-compute-algo max): what the cost model reads and writes per
+/// scaling update and what `soapc emit` writes.
+constexpr int64_t kFp8AmaxHistory = 1024;
 std::optional<Precision> parsePrecision(llvm::StringRef name);
 std::optional<DType> parseDType(llvm::StringRef name);
 bool isFloating(DType t);

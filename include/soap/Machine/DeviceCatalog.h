@@ -17,6 +17,7 @@ enum class PeakFormat : uint8_t {
   FP32, ///< single precision on the CUDA cores (no tensor cores)
   TF32, ///< TF32 tensor cores; GPUs without them run FP32 at the FP32 rate
   FP16, ///< FP16/BF16 (tensor cores where present); BF16 needs Ampere or later
+  FP8,  ///< FP8 (E4M3/E5M2) tensor cores, Hopper or later; 0 elsewhere
 };
 
 /// One GPU model. Peaks are dense (no structured sparsity) and at boost clock.
@@ -59,6 +60,9 @@ struct DeviceSpec {
   /// GPU at its power limit for seconds with training data's operands. The
   /// cost model scales such measured rates by it (1: none known).
   double sustainedTensorRatio = 1;
+  /// Dense FP8 tensor-core peak (E4M3 or E5M2 operands); 0 on a GPU without
+  /// FP8 tensor cores, which cannot run --precision fp8.
+  double fp8FlopsPerSec = 0;
 
   double peakFlopsPerSec(PeakFormat f) const;
 };

@@ -365,7 +365,7 @@ double weightStateBytes(const SearchProblem &p) {
   for (const Value &v : p.graph.values())
     if (v.kind == ValueKind::Weight && !v.users.empty())
       b += double(v.shape.numElements().value_or(0)) *
-           double(totalWeightBytes(v.dtype, p.optimizer));
+           double(totalWeightBytes(v, p.optimizer));
   return b;
 }
 

@@ -322,7 +322,7 @@ struct FtModelBuilder : FtPaths {
         sync += collectiveOn(Collective::AllReduce, devs, gr.second.second);
     }
     double mem = 0;
-    double perElement = double(totalWeightBytes(wv.dtype, p.optimizer));
+    double perElement = double(totalWeightBytes(wv, p.optimizer));
     for (const Box &bx : mine)
       mem += double(bx.volume()) * perElement;
     return {share * std::max(0.0, sync - window), share * mem};
@@ -391,10 +391,9 @@ struct FtModelBuilder : FtPaths {
           continue;
         if (shared(op.inputs[size_t(wi)])) {
           // Its all-reduce and memory are on the weight edges.
-          m.memory_[o][k] -=
-              double(sem.inputRegion(wi, tile).volume()) *
-              double(totalWeightBytes(g.value(op.inputs[size_t(wi)]).dtype,
-                                      p.optimizer));
+          m.memory_[o][k] -= double(sem.inputRegion(wi, tile).volume()) *
+                             double(totalWeightBytes(
+                                 g.value(op.inputs[size_t(wi)]), p.optimizer));
           continue;
         }
         std::vector<DeviceId> grp = weightGroup(sem, wi, c);
@@ -405,7 +404,8 @@ struct FtModelBuilder : FtPaths {
               collectiveOn(Collective::AllReduce, grp, elems * dtypeBytes(wt));
         if (c.zero && grp.size() > 1) {
           // Held 1/R: the state, then the gradient, then the weight.
-          WeightBytes wb = weightBytes(wt, p.optimizer);
+          WeightBytes wb =
+              weightBytes(g.value(op.inputs[size_t(wi)]), p.optimizer);
           double off = double(elems) * (1 - 1.0 / double(grp.size()));
           m.memory_[o][k] -= off * double(wb.optimizer);
           if (c.zero >= 2)

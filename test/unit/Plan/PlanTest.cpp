@@ -378,9 +378,9 @@ TEST_CASE("bad plan files name the file and the JSON pointer", "[Plan]") {
     CHECK(parseError(j) == "p.json: /pipeline/stages: 2 stages declared, the "
                            "ops use 1");
     j = good;
-    j["search"]["precision"] = "fp8";
-    CHECK(parseError(j) == "p.json: /search/precision: expected \"fp32\" or "
-                           "\"bf16\", got \"fp8\"");
+    j["search"]["precision"] = "fp16";
+    CHECK(parseError(j) == "p.json: /search/precision: expected \"fp32\", "
+                           "\"bf16\" or \"fp8\", got \"fp16\"");
     j = good;
     j["search"].erase("precision");
     CHECK(parseError(j) == "p.json: /search/precision: missing required field");

@@ -8,6 +8,7 @@
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Logging.h"
+#include "soap/Support/ToolOptions.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -210,7 +211,8 @@ static cl::opt<int> chainsOpt("chains",
                                        "strategy (the result depends on it)"),
                               cl::init(1), SOAP_SEARCH_CMDS, cl::cat(soapCat));
 /// --threads: libLLVM registers an unrelated, undocumented "threads"
-/// option of its own; main() removes it and then creates ours.
+/// option of its own; main() removes it (removeLlvmThreadsOption) and then
+/// creates ours.
 static cl::opt<int> *threadsOpt = nullptr;
 static cl::opt<double> betaOpt(
     "beta",
@@ -494,9 +496,7 @@ static std::optional<int> preParse(std::vector<const char *> &args) {
 }
 
 int main(int argc, char **argv) {
-  if (cl::Option *llvmThreads =
-          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
-    llvmThreads->removeArgument();
+  removeLlvmThreadsOption();
   static cl::opt<int> threads(
       "threads",
       cl::desc("Threads running mcmc's chains and ft's DP (default: every "

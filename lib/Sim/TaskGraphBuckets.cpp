@@ -3,9 +3,9 @@
 // completes them, combined by one collective per bucket, and ZeRO-1/2's
 // updated weights all-gathered per bucket, after the step or overlapped
 // with the next iteration's forward.
-#include "TaskGraphDetail.h"
 #include "soap/Sim/TaskGraph.h"
 
+#include "TaskGraphDetail.h"
 #include <algorithm>
 #include <limits>
 #include <map>

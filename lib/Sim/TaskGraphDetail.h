@@ -1,5 +1,5 @@
-// Helpers shared by the task graph's construction (TaskGraph.cpp) and its
-// communication (TaskGraphComm.cpp); private to lib/Sim.
+// Helpers shared by the task graph's source files (TaskGraph*.cpp); private
+// to lib/Sim.
 #ifndef SOAP_LIB_SIM_TASKGRAPHDETAIL_H
 #define SOAP_LIB_SIM_TASKGRAPHDETAIL_H
 

@@ -3,9 +3,9 @@
 // blocks round the tiles of the split (Liu et al. 2023, "Ring Attention with
 // Blockwise Transformers"; Megatron-Core's context parallelism), instead of
 // gathering K and V whole before the kernel.
-#include "TaskGraphDetail.h"
 #include "soap/Sim/TaskGraph.h"
 
+#include "TaskGraphDetail.h"
 #include <algorithm>
 
 namespace soap {

@@ -5,9 +5,9 @@
 // Megatron-LM's sequence parallelism runs the row-parallel GEMM's forward
 // and the column-parallel GEMM's backward (Korthikanti et al. 2022, "Reducing
 // Activation Recomputation in Large Transformer Models", section 4.2.2).
-#include "TaskGraphDetail.h"
 #include "soap/Sim/TaskGraph.h"
 
+#include "TaskGraphDetail.h"
 #include <algorithm>
 #include <map>
 

@@ -19,6 +19,7 @@
 #include "soap/Support/Error.h"
 #include "soap/Support/Format.h"
 #include "soap/Support/Json.h"
+#include "soap/Support/ToolOptions.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
@@ -150,7 +151,8 @@ static cl::opt<std::string>
                         "device, under mpirun)"),
                cl::init("cuda"), cl::cat(cat));
 /// --threads: libLLVM registers an unrelated, undocumented "threads"
-/// option of its own; main() removes it and then creates ours (as soap-run).
+/// option of its own; main() removes it (removeLlvmThreadsOption) and then
+/// creates ours.
 static cl::opt<int> *threadsOpt = nullptr;
 static cl::opt<int64_t> collectiveBytesOpt(
     "collective-bytes",
@@ -638,9 +640,7 @@ static llvm::Error runReplayList() {
 static bool cpuBackend() { return backendOpt == "cpu"; }
 
 int main(int argc, char **argv) {
-  if (cl::Option *llvmThreads =
-          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
-    llvmThreads->removeArgument();
+  removeLlvmThreadsOption();
   static cl::opt<int> threads(
       "threads",
       cl::desc("--backend cpu: kernel threads per rank (default: as "

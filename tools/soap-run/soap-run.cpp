@@ -14,6 +14,7 @@
 #include "soap/Sim/TaskGraph.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Sha256.h"
+#include "soap/Support/ToolOptions.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 #include <algorithm>
@@ -70,7 +71,8 @@ static cl::opt<std::string>
                         "CUDA"),
                cl::init("cpu"), cl::cat(runCat));
 /// --threads: libLLVM registers an unrelated, undocumented "threads"
-/// option of its own; main() removes it and then creates ours.
+/// option of its own; main() removes it (removeLlvmThreadsOption) and then
+/// creates ours.
 static cl::opt<int> *threadsOpt = nullptr;
 static cl::opt<std::string>
     commOpt("comm",
@@ -281,9 +283,7 @@ static llvm::Error run(Comm &comm) {
 }
 
 int main(int argc, char **argv) {
-  if (cl::Option *llvmThreads =
-          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
-    llvmThreads->removeArgument();
+  removeLlvmThreadsOption();
   static cl::opt<int> threads(
       "threads",
       cl::desc("Threads of each rank's CPU kernels (default: the cores this "

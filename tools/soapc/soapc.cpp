@@ -8,12 +8,14 @@
 #include "soap/Search/Searcher.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Logging.h"
+#include "soap/Support/ToolOptions.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <new>
 #include <optional>
+#include <utility>
 #include <vector>
 
 using namespace soap;
@@ -211,7 +213,8 @@ static cl::opt<int> chainsOpt("chains",
                                        "strategy (the result depends on it)"),
                               cl::init(1), SOAP_SEARCH_CMDS, cl::cat(soapCat));
 /// --threads: libLLVM registers an unrelated, undocumented "threads"
-/// option of its own; main() removes it and then creates ours.
+/// option of its own; main() removes it (removeLlvmThreadsOption) and then
+/// creates ours.
 static cl::opt<int> *threadsOpt = nullptr;
 static cl::opt<double> betaOpt(
     "beta",
@@ -495,9 +498,7 @@ static std::optional<int> preParse(std::vector<const char *> &args) {
 }
 
 int main(int argc, char **argv) {
-  if (cl::Option *llvmThreads =
-          cl::getRegisteredOptions(*cl::TopLevelSubCommand).lookup("threads"))
-    llvmThreads->removeArgument();
+  removeLlvmThreadsOption();
   static cl::opt<int> threads(
       "threads",
       cl::desc("Threads running mcmc's chains and ft's DP (default: every "
@@ -517,35 +518,48 @@ int main(int argc, char **argv) {
     os << "soapc 0.1.0 — strategy search for distributed DNN training\n";
   });
   cl::HideUnrelatedOptions(soapCat);
-  std::string overview =
-      "soapc: search how to split every operator of a DNN across a GPU "
-      "cluster\n\n"
-      "  soapc model.onnx --topology cluster.json [--search mcmc] "
-      "[--budget 20000|30s] [--timeout 2m] [--seed N] [-o plan.json]\n"
-      "  soapc compare model.onnx --topology cluster.json --search "
-      "mcmc,data,model,expert [--timeout 30s] [--jobs J] "
-      "[--format table|csv|json]\n"
-      "  soapc frontier model.onnx --topology cluster.json "
-      "[--mode frontier|mini-time|mini-parallelism|profile] [--write-json F] "
-      "[--svg F] [--point N -o plan.json]\n"
-      "  soapc check plan.json [model.onnx] [--topology cluster.json] "
-      "[--research --tolerance 2%]\n"
-      "  soapc explain plan.json [model.onnx] [--topology cluster.json] "
-      "[--top N] [--dot plan.dot] [--svg plan.svg] [--format table|json]\n"
-      "  soapc diff a.json b.json [--format table|json]\n"
-      "  soapc emit plan.json [model.onnx] --target "
-      "megatron|nemo|torchtitan|dtensor [-o PATH]\n"
-      "  soapc simulate model.onnx --topology cluster.json "
-      "[--strategy data|model|expert|plan.json] [--trace trace.json]\n"
-      "  soapc cost model.onnx --topology cluster.json "
-      "[--cost-model analytic|profile|strict]\n"
-      "  soapc dump model.onnx [--batch N] [--format table|json]\n"
-      "  soapc topo cluster.json [--format table|json]\n\n"
-      "  searchers:\n" +
-      searchers;
+  // One usage line per subcommand ("": the search itself), in this order
+  // in `soapc --help`; `soapc CMD --help` shows CMD's line alone, and the
+  // searchers where CMD takes --search.
+  static const std::pair<llvm::StringRef, const char *> usages[] = {
+      {"", "soapc model.onnx --topology cluster.json [--search mcmc] "
+           "[--budget 20000|30s] [--timeout 2m] [--seed N] [-o plan.json]"},
+      {"compare", "soapc compare model.onnx --topology cluster.json --search "
+                  "mcmc,data,model,expert [--timeout 30s] [--jobs J] "
+                  "[--format table|csv|json]"},
+      {"frontier",
+       "soapc frontier model.onnx --topology cluster.json "
+       "[--mode frontier|mini-time|mini-parallelism|profile] [--write-json F] "
+       "[--svg F] [--point N -o plan.json]"},
+      {"check", "soapc check plan.json [model.onnx] [--topology cluster.json] "
+                "[--research --tolerance 2%]"},
+      {"explain",
+       "soapc explain plan.json [model.onnx] [--topology cluster.json] "
+       "[--top N] [--dot plan.dot] [--svg plan.svg] [--format table|json]"},
+      {"diff", "soapc diff a.json b.json [--format table|json]"},
+      {"emit", "soapc emit plan.json [model.onnx] --target "
+               "megatron|nemo|torchtitan|dtensor [-o PATH]"},
+      {"simulate", "soapc simulate model.onnx --topology cluster.json "
+                   "[--strategy data|model|expert|plan.json] "
+                   "[--trace trace.json]"},
+      {"cost", "soapc cost model.onnx --topology cluster.json "
+               "[--cost-model analytic|profile|strict]"},
+      {"dump", "soapc dump model.onnx [--batch N] [--format table|json]"},
+      {"topo", "soapc topo cluster.json [--format table|json]"}};
   std::vector<const char *> args(argv, argv + argc);
   if (std::optional<int> rc = preParse(args))
     return *rc;
+  llvm::StringRef named;
+  for (cl::SubCommand *c : subcommands())
+    if (args.size() >= 2 && llvm::StringRef(args[1]) == c->getName())
+      named = c->getName();
+  std::string overview = "soapc: search how to split every operator of a "
+                         "DNN across a GPU cluster\n\n";
+  for (const auto &[name, usage] : usages)
+    if (named.empty() || name == named)
+      overview += fmt::format("  {}\n", usage);
+  if (named.empty() || named == "compare" || named == "check")
+    overview += "\n  searchers:\n" + searchers;
   if (!cl::ParseCommandLineOptions(int(args.size()), args.data(), overview,
                                    &llvm::errs()))
     return static_cast<int>(ExitCode::InvalidInput);

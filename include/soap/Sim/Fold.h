@@ -1,4 +1,4 @@
-// Folding a symmetric strategy (issue 18): when the devices split into f
+// Folding a symmetric strategy: when the devices split into f
 // groups of whole nodes that are each other's image (Topology::foldBlock:
 // the j-th block of every period of devices, so that a data-parallel
 // replica of Megatron's pipeline-major layout is a group) and every op

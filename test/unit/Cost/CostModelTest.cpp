@@ -376,17 +376,7 @@ Graph flashAttention(int64_t s) {
                                       DType::BF16)},
                        {{2, s, 16, 128}}, {}, DType::BF16)[0]);
   b.op("FlashAttention", qkv, {{2, s, 16, 128}},
-       {{"q_dims", Ints{0, 2, 1, 3}},
-        {"k_dims", Ints{0, 2, 1, 3}},
-        {"v_dims", Ints{0, 2, 1, 3}},
-        {"o_dims", Ints{0, 2, 1, 3}},
-        {"batch_dims", int64_t(2)},
-        {"scale", 0.088},
-        {"causal", int64_t(1)},
-        {"mask", std::string()},
-        {"dropout_ratio", 0.0},
-        {"dropout_name", std::string()}},
-       DType::BF16);
+       flashAttentionAttrs(0.088, true), DType::BF16);
   requireOk(b.g.computeSemantics());
   return std::move(b.g);
 }

@@ -70,6 +70,24 @@ public:
 
 using Ints = std::vector<int64_t>;
 
+/// The attributes of a FlashAttention over [batch, seq, heads, dim] Q, K, V
+/// and O (the fused op the importer writes), without dropout; causal with
+/// `where` as the mask kind.
+inline std::map<std::string, AttrValue> flashAttentionAttrs(double scale,
+                                                            bool causal) {
+  return {{"q_dims", Ints{0, 2, 1, 3}},
+          {"k_dims", Ints{0, 2, 1, 3}},
+          {"v_dims", Ints{0, 2, 1, 3}},
+          {"o_dims", Ints{0, 2, 1, 3}},
+          {"batch_dims", int64_t(2)},
+          {"scale", scale},
+          {"causal", int64_t(causal)},
+          {"mask", causal ? std::string("where") : std::string()},
+          {"mask_fill", -3.4028234663852886e38},
+          {"dropout_ratio", 0.0},
+          {"dropout_name", std::string()}};
+}
+
 /// Fails the test with the error's message when `err` is set.
 inline void requireOk(llvm::Error err) {
   if (err)

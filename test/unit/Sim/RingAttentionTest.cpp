@@ -22,18 +22,7 @@ struct Attention {
     std::vector<ValueId> qkv;
     for (int i = 0; i < 3; ++i)
       qkv.push_back(b.op("MatMul", {x, b.weight({E, E})}, {{N, S, H, E}})[0]);
-    b.op("FlashAttention", qkv, {{N, S, H, E}},
-         {{"q_dims", Ints{0, 2, 1, 3}},
-          {"k_dims", Ints{0, 2, 1, 3}},
-          {"v_dims", Ints{0, 2, 1, 3}},
-          {"o_dims", Ints{0, 2, 1, 3}},
-          {"batch_dims", int64_t(2)},
-          {"scale", 0.5},
-          {"causal", int64_t(1)},
-          {"mask", std::string("where")},
-          {"mask_fill", -3.4028234663852886e38},
-          {"dropout_ratio", 0.0},
-          {"dropout_name", std::string()}});
+    b.op("FlashAttention", qkv, {{N, S, H, E}}, flashAttentionAttrs(0.5, true));
     flash = 3;
     requireOk(b.g.computeSemantics());
   }

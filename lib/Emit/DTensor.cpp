@@ -7,8 +7,12 @@
 #include "soap/Emit/EngineLayout.h"
 #include "soap/Support/Error.h"
 #include "soap/Support/Json.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
 #include <fmt/format.h>
 #include <map>
+#include <set>
 
 namespace soap {
 
@@ -69,7 +73,11 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
 
   Json plan;
   plan["plan"] = c.planPath;
-  plan["model"] = c.modelPath;
+  // Absolute, so that the program runs from any directory.
+  llvm::SmallString<256> model(c.modelPath);
+  llvm::sys::fs::make_absolute(model);
+  llvm::sys::path::remove_dots(model, true);
+  plan["model"] = std::string(model);
   plan["batch"] = c.plan.inputs.batch;
   plan["optimizer"] = c.plan.inputs.optimizer;
   plan["devices"] = int64_t(c.topo.numDevices());
@@ -120,7 +128,8 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
                                            {"all_gather", 0},
                                            {"reduce_scatter", 0},
                                            {"all_to_all", 0}};
-  std::map<int64_t, bool> fsdpOps;
+  // Per FSDP module (its first user's op), the ops that read its weights.
+  std::map<int64_t, std::set<OpId>> fsdpOps;
   for (const Value &v : g.values()) {
     if (v.kind != ValueKind::Weight || v.users.empty())
       continue;
@@ -149,7 +158,7 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
     if (weightZeroStage(g, s, v.id) == 3) {
       if (replicated && !pipelined && c.topo.numDevices() > 1) {
         w["fsdp"] = int64_t(first.id);
-        fsdpOps[first.id] = true;
+        fsdpOps[first.id].insert(v.users.begin(), v.users.end());
       } else {
         fallbacks.push_back(fmt::format(
             "weight '{}': ZeRO-3 kept whole ({}); FSDP2 here shards the "
@@ -174,12 +183,12 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
     }
     weights.push_back(w);
   }
-  // Each FSDP module: its weights all-gathered for the forward and again
-  // for the backward, the gradients reduce-scattered.
-  for (const auto &entry : fsdpOps) {
-    (void)entry;
-    expect["all_gather"] += 2;
-    expect["reduce_scatter"] += 1;
+  // Each FSDP module, every micro-batch: its weights all-gathered for the
+  // forward and again for the backward of each op that reads them, the
+  // gradients reduce-scattered.
+  for (const auto &[op, users] : fsdpOps) {
+    expect["all_gather"] += 2 * int64_t(users.size()) * s.pipeline.microBatches;
+    expect["reduce_scatter"] += s.pipeline.microBatches;
   }
 
   // Graph inputs, drawn whole on every rank, cut to their first user's
@@ -280,6 +289,13 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
   }
   for (const auto &[v, gp] : merged)
     countRedistribute(gp, gradTarget(produced[v]), perMicro);
+  // BatchNorm over a split batch: its mean and variance summed in the
+  // forward, the two sums of its backward too.
+  for (const Op &op : g.ops())
+    if (op.kind == "BatchNormalization")
+      for (int lp : l.ops[size_t(op.id)].loopOfDim)
+        if (lp >= 0 && op.sem.loops[size_t(lp)].statReduced)
+          perMicro["all_reduce"] += 4;
   // The loss: split classes combine the row maximum, the sum of
   // exponentials and the picked logit; split rows add up the loss.
   std::string classDim =

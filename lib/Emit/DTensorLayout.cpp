@@ -125,10 +125,10 @@ std::string unsupportedSplit(const Op &op, int l) {
     return fmt::format("DTensor's convolution rule propagates only a split "
                        "batch (loop '{}')",
                        loop.name);
+  // The first output is the op's result (the others, statistics).
   bool reduced = false;
-  for (size_t j = 0; j < op.outputs.size(); ++j)
-    for (int r : op.sem.reducedLoops(int(j)))
-      reduced |= r == l;
+  for (int r : op.sem.reducedLoops(0))
+    reduced |= r == l;
   bool contraction = op.kind == "MatMul" || op.kind == "Gemm";
   if (reduced && !contraction && !loss)
     return fmt::format("DTensor has no rule that leaves {}'s output as "
@@ -233,8 +233,17 @@ OpPlacement placeOp(const Op &op, const std::vector<int64_t> &mesh,
         Box tile = tileOf(op.sem, mesh, a, co);
         Box want = output ? op.sem.outputRegion(index, tile)
                           : op.sem.inputRegion(index, tile);
+        // A rank holds what its tile reads: exactly along a dim its
+        // placement shards, whole along the others (a strided window may
+        // read less of them).
         auto have = localBox(m.shape, mesh, o.pl, co);
-        if (!have || !(*have == want))
+        bool holds = have && have->contains(want);
+        for (size_t j = 0; holds && j < o.pl.size(); ++j)
+          if (o.pl[j][0] == 'S') {
+            size_t d = size_t(std::stoi(o.pl[j].substr(1)));
+            holds = have->lo[d] == want.lo[d] && have->hi[d] == want.hi[d];
+          }
+        if (!holds)
           for (int l : a)
             if (l >= 0 && bad < 0)
               bad = l;

@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from onnx import numpy_helper
 from torch.distributed.device_mesh import DeviceMesh
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.distributed.tensor import (DTensor, Partial, Replicate, Shard,
                                       distribute_tensor)
 
@@ -68,29 +69,30 @@ def placements(spec):
     return tuple(out)
 
 
-class Collectives:
+class Collectives(TorchDispatchMode):
     """Counts the collectives issued while it is active, by kind: DTensor's
-    (functional collectives) through CommDebugMode, FSDP's through the
-    c10d calls it makes."""
+    (functional collectives) and FSDP's (process-group calls), both
+    dispatcher ops."""
     KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+    NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce",
+             "all_gather": "all_gather", "allgather": "all_gather",
+             "reduce_scatter": "reduce_scatter",
+             "all_to_all": "all_to_all", "alltoall": "all_to_all"}
 
     def __init__(self):
-        from torch.distributed.tensor.debug import CommDebugMode
-        self.mode = CommDebugMode()
+        super().__init__()
         self.counts = {k: 0 for k in self.KINDS}
 
-    def __enter__(self):
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.mode.__exit__(*exc)
-        for op, n in self.mode.get_comm_counts().items():
-            name = str(op)
-            for k in self.KINDS:
-                if k in name:
-                    self.counts[k] += n
-        return False
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(t is DTensor for t in types):
+            return NotImplemented  # DTensor first turns into collectives
+        name = func._overloadpacket._qualified_op_name
+        if name.startswith(("c10d", "_c10d_functional")):
+            for key, kind in self.NAMES.items():
+                if key in name:
+                    self.counts[kind] += 1
+                    break
+        return func(*args, **(kwargs or {}))
 
 
 class Runtime:
@@ -160,10 +162,8 @@ class Runtime:
         each rank keeps its part of its home placement: no communication."""
         self.params = {}
         self.fsdp = []
+        self.fsdp_weight = {}  # weight name -> its op's FSDP module
         zero3 = {}
-        for k, op in enumerate(self.ops):
-            if op.get("fsdp"):
-                zero3.setdefault(k, [])
         for w in PLAN["weights"]:
             shape = w["shape"]
             n = math.prod(shape)
@@ -177,7 +177,7 @@ class Runtime:
             t = torch.tensor(v.astype(np.float32)).reshape(
                 w["view"]).to(self.device)
             if w.get("fsdp") is not None and not self.single:
-                zero3[w["fsdp"]].append((w["name"], t))
+                zero3.setdefault(w["fsdp"], []).append((w["name"], t))
                 continue
             p = nn.Parameter(distribute_tensor(
                 t, self.mesh, placements(w["home"]), src_data_rank=None))
@@ -186,9 +186,11 @@ class Runtime:
             from torch.distributed.fsdp import fully_shard
             flat = DeviceMesh(self.device.type,
                               torch.arange(self.world))
+            # One FSDP module per op. Each is its own root, whose weights
+            # FSDP2 keeps gathered from its forward to its backward; the
+            # forward reshards them after the op (ZeRO-3 gathers them again
+            # for the backward).
             for k, ws in sorted(zero3.items()):
-                if not ws:
-                    continue
                 mod = OpWeights(self.mesh, ws)
                 fully_shard(mod, mesh=flat, reshard_after_forward=True)
                 # The partial sums of every rank add up in the
@@ -197,7 +199,7 @@ class Runtime:
                 self.fsdp.append((k, mod))
                 for name, p in mod.named_parameters():
                     self.params[mod.names[name]] = p
-        self.fsdp_of = dict(self.fsdp)
+                    self.fsdp_weight[mod.names[name]] = mod
 
     def draw_input(self, spec, seed):
         shape = spec["shape"]
@@ -236,12 +238,6 @@ class Runtime:
             n = self.nodes[k]
             opi = self.owner[k]
             op = self.ops[opi] if opi is not None else None
-            if op is not None and opi in self.fsdp_of and \
-                    ("fsdp", opi) not in cache:
-                mod = self.fsdp_of[opi]
-                for name, t in zip(mod.order, mod()):
-                    env[name] = t
-                cache[("fsdp", opi)] = True
             args = []
             for v in n.input:
                 if v == "":
@@ -260,6 +256,52 @@ class Runtime:
                         isinstance(x, DTensor):
                     x = self.place(x, op["outputs"][v])
                 env[v] = x
+
+        return env
+
+    def segment_io(self, env, k, end):
+        """The tensors nodes [k, end) read from `env`, and the values they
+        write."""
+        needed, produced = [], set()
+        for j in range(k, end):
+            for v in self.nodes[j].input:
+                if v and v not in produced and v in env and \
+                        isinstance(env[v], torch.Tensor) and v not in needed:
+                    needed.append(v)
+            produced.update(self.nodes[j].output)
+        outs = [v for j in range(k, end) for v in self.nodes[j].output if v]
+        return needed, outs
+
+    def run_segment(self, env, k, end, step, micro):
+        """Nodes [k, end) of one op; an op with ZeRO-3 weights runs inside
+        their FSDP module's forward, which all-gathers them (and again
+        before its backward), then reshards them."""
+        mods = []
+        for j in range(k, end):
+            for v in self.nodes[j].input:
+                m = self.fsdp_weight.get(v)
+                if m is not None and all(m is not x for x in mods):
+                    mods.append(m)
+        if not mods:
+            return self.forward(env, step, micro, k, end)
+        needed, outs = self.segment_io(env, k, end)
+
+        def run(ws, *xs):
+            local = dict(zip(needed, xs))
+            local.update(ws)
+            local = self.forward(local, step, micro, k, end)
+            return tuple(local.get(v) for v in outs)
+
+        def nest(i, ws, *xs):
+            if i == len(mods):
+                return run(ws, *xs)
+            return mods[i](lambda w, *ys: nest(i + 1, {**ws, **w}, *ys),
+                           *xs)
+
+        vals = nest(0, {}, *[env[v] for v in needed])
+        for m in mods:
+            m.reshard()
+        env.update(zip(outs, vals))
         return env
 
     def value(self, env, v):
@@ -327,9 +369,10 @@ class OpWeights(nn.Module):
             self.names[key] = name
             self.order.append(name)
 
-    def forward(self):
-        return tuple(AsReplicated.apply(getattr(self, "w%d" % k), self.mesh)
-                     for k in range(len(self.order)))
+    def forward(self, fn, *xs):
+        return fn({name: AsReplicated.apply(getattr(self, "w%d" % k),
+                                            self.mesh)
+                   for k, name in enumerate(self.order)}, *xs)
 
 
 class AsReplicated(torch.autograd.Function):
@@ -449,18 +492,30 @@ def mean_of(x, dims, keep=True):
 
 
 def op_conv(rt, n, a, step, micro):
+    # DTensor's convolution handler exchanges halos along the width (its
+    # tensor-parallel convolution); a plan's convolution splits only the
+    # batch here (soapc emit falls back otherwise), so each rank convolves
+    # its samples: the weights' gradients are partial sums over the ranks
+    # that split the batch.
     x, w = a[0], a[1]
     b = a[2] if len(a) > 2 and a[2] is not None else None
-    if b is None:
-        # DTensor's convolution rule wants a bias operand.
-        b = rt.dtensor(torch.zeros(w.shape[0], dtype=w.dtype))
     pads = attr(n, "pads", [0] * (2 * (x.ndim - 2)))
     k = len(pads) // 2
     if pads[:k] != pads[k:]:
         raise SystemExit("%s: Conv '%s': asymmetric padding" % (sys.argv[0],
                                                                 n.name))
-    return [F.conv2d(x, w, b, attr(n, "strides", [1] * k), pads[:k],
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
+    if not isinstance(x, DTensor):
+        return [conv(x, w, b, attr(n, "strides", [1] * k), pads[:k],
                      attr(n, "dilations", [1] * k), attr(n, "group", 1))]
+    w, b = (rt.dtensor(t) if t is not None else None for t in (w, b))
+    grad = [Partial() if isinstance(p, Shard) else Replicate()
+            for p in x.placements]
+    y = conv(x.to_local(), w.to_local(grad_placements=grad),
+             b.to_local(grad_placements=grad) if b is not None else None,
+             attr(n, "strides", [1] * k), pads[:k],
+             attr(n, "dilations", [1] * k), attr(n, "group", 1))
+    return [DTensor.from_local(y, rt.mesh, x.placements, run_check=False)]
 
 
 def op_dropout(rt, n, a, step, micro):
@@ -758,23 +813,17 @@ def run_forward(rt, inputs, step, micro):
     n = len(rt.nodes)
     while k < n:
         opi = rt.owner[k]
+        end = k + 1
         if opi is None or not rt.ops[opi]["recompute"]:
-            env = rt.forward(env, step, micro, k, k + 1)
-            k += 1
+            while end < n and rt.owner[end] == opi and opi is not None:
+                end += 1
+            env = rt.run_segment(env, k, end, step, micro)
+            k = end
             continue
-        end = k
         while end < n and rt.owner[end] is not None and \
                 rt.ops[rt.owner[end]]["recompute"]:
             end += 1
-        produced = set()
-        needed = []
-        for j in range(k, end):
-            for v in rt.nodes[j].input:
-                if v and v not in produced and v in env and \
-                        isinstance(env[v], torch.Tensor) and v not in needed:
-                    needed.append(v)
-            produced.update(rt.nodes[j].output)
-        outs = [v for j in range(k, end) for v in rt.nodes[j].output if v]
+        needed, outs = rt.segment_io(env, k, end)
 
         def segment(*xs, k=k, end=end, needed=needed, outs=outs):
             local = dict(zip(needed, xs))

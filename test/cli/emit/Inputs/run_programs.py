@@ -13,6 +13,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 
 def main():
@@ -30,6 +31,12 @@ def main():
         prog = runpy.run_path(argv[0], run_name="program")
         prog["main"](argv[1:])
         dist.barrier()
+        # DTensor caches sharding propagation by op schema, and a schema of
+        # one program can be taken for another's (a wrong output spec, seen
+        # in torch 2.7): each program starts with empty caches, as alone.
+        sp = DTensor._op_dispatcher.sharding_propagator
+        sp.propagate_op_sharding.cache.cache_clear()
+        sp._propagate_tensor_meta.cache_clear()
     dist.destroy_process_group()
 
 

@@ -755,13 +755,16 @@ class Trainer:
         total = None
         for micro in range(m):
             env = run_forward(rt, self.micro_inputs(micro, m), step, micro)
-            loss = rt.loss(env)
-            # The mean over the whole batch, replicated: the gradient of a
-            # partial loss would count every rank's share once per rank.
-            loss = loss.redistribute(rt.mesh, [Replicate()] * rt.mesh.ndim)
-            loss = loss / m
-            loss.backward()
-            total = loss.detach() if total is None else total + loss.detach()
+            loss = rt.loss(env) / m
+            # The loss is a partial sum where the batch is split; its
+            # gradient is 1 on every rank (replicated), not a partial 1.
+            one = DTensor.from_local(
+                torch.ones((), dtype=loss.dtype, device=rt.device), rt.mesh,
+                [Replicate()] * rt.mesh.ndim, run_check=False)
+            loss.backward(one)
+            loss = loss.detach().redistribute(
+                rt.mesh, [Replicate()] * rt.mesh.ndim)
+            total = loss if total is None else total + loss
         self.sync_gradients()
         self.update(step)
         return total

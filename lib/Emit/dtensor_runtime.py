@@ -111,10 +111,28 @@ class Runtime:
             sys.exit("%s: the plan is for %d ranks, run with %d (or 1)"
                      % (sys.argv[0], ranks, self.world))
         shape = PLAN["mesh"]
+        # A pipeline runs its stages on their device groups (one process
+        # runs them all, one after the other).
+        self.pipelined = PLAN["stages"] > 1 and not self.single
+        self.group = 0
         if self.single:
             shape = [1] * len(shape)
-        self.mesh = DeviceMesh(self.device.type,
-                               torch.arange(math.prod(shape)).reshape(shape))
+            self.mesh = DeviceMesh(self.device.type,
+                                   torch.arange(1).reshape(shape))
+        elif self.pipelined:
+            groups = PLAN["groups"]
+            names = ("pp",) + tuple("d%d" % j for j in range(len(shape)))
+            world = DeviceMesh(self.device.type,
+                               torch.tensor(groups).reshape(
+                                   [len(groups)] + shape),
+                               mesh_dim_names=names)
+            self.mesh = world[names[1:]]
+            self.pp_group = world.get_group("pp")
+            self.group = [g for g, ranks in enumerate(groups)
+                          if self.rank in ranks][0]
+        else:
+            self.mesh = DeviceMesh(self.device.type,
+                                   torch.arange(self.world).reshape(shape))
         self.ops = PLAN["ops"]
         self.producer = {}  # value -> op index whose output it is
         for k, op in enumerate(self.ops):
@@ -154,8 +172,39 @@ class Runtime:
                     if self.owner[k] is not None:
                         break
 
-    def full_shape(self, name):
-        return PLAN["shapes"][name]
+        # Each node's stage: its op's, or (a node of no op: constants and
+        # shape arithmetic) its first reader's, which passes it on.
+        self.stage_of = [None] * len(self.nodes)
+        for k in reversed(range(len(self.nodes))):
+            if self.owner[k] is not None:
+                self.stage_of[k] = {self.ops[self.owner[k]]["stage"]}
+                continue
+            st = set()
+            for v in self.nodes[k].output:
+                for u in users.get(v, []):
+                    st |= self.stage_of[u] or set()
+            self.stage_of[k] = {min(st)} if st else {0}
+        self.placement = {}  # value -> its producer's placement
+        for op in self.ops:
+            self.placement.update(op["outputs"])
+        for spec in PLAN["inputs"]:
+            self.placement[spec["name"]] = spec["placement"]
+
+    def my_stages(self):
+        """The stages this rank runs (all of them without a pipeline)."""
+        if not self.pipelined:
+            return list(range(PLAN["stages"]))
+        groups = len(PLAN["groups"])
+        return [st for st in range(PLAN["stages"]) if st % groups ==
+                self.group]
+
+    def uses(self, stages):
+        """The values the nodes of `stages` read."""
+        out = set()
+        for k, n in enumerate(self.nodes):
+            if self.stage_of[k] & stages:
+                out.update(n.input)
+        return out
 
     def init_weights(self, seed):
         """Each weight drawn whole on every rank (soap-run's values), then
@@ -164,7 +213,10 @@ class Runtime:
         self.fsdp = []
         self.fsdp_weight = {}  # weight name -> its op's FSDP module
         zero3 = {}
+        used = self.uses(set(self.my_stages()))
         for w in PLAN["weights"]:
+            if w["name"] not in used:
+                continue
             shape = w["shape"]
             n = math.prod(shape)
             u = 2 * hash_uniforms(seed, fnv1a(w["name"]), n) - 1
@@ -807,23 +859,225 @@ class Trainer:
                 p.grad = None
 
 
-def run_forward(rt, inputs, step, micro):
-    """The forward, nodes of recomputed ops checkpointed: their activations
-    dropped after the forward and computed again in the backward."""
+class StageModule(nn.Module):
+    """One pipeline stage: it takes the local parts of the values live into
+    the stage, runs the stage's nodes on DTensors over its group's mesh and
+    gives the local parts of the values live after it (the logits at the
+    last stage)."""
+
+    def __init__(self, trainer, stage, ins, outs):
+        super().__init__()
+        self.tr, self.stage, self.ins, self.outs = trainer, stage, ins, outs
+        self.micro = 0
+
+    def forward(self, *xs):
+        rt = self.tr.rt
+        env = {}
+        for name, x in zip(self.ins, xs):
+            # A plan value as its DTensor; shape arithmetic as it is.
+            env[name] = DTensor.from_local(
+                x, rt.mesh, placements(rt.placement[name]),
+                run_check=False) if name in rt.placement else x
+        env = run_forward(rt, env, self.tr.step_no, self.micro, self.stage)
+        return [rt.place(env[name], rt.placement[name]).to_local()
+                if name in rt.placement else env[name]
+                for name in self.outs]
+
+
+class PipeTrainer(Trainer):
+    """A pipelined plan: each rank runs its group's stage over the
+    micro-batches in the plan's schedule's order (GPipe: every forward, then
+    every backward; 1F1B: the warm-up forwards, then one forward and one
+    backward in turn), the stages' boundary values and their gradients sent
+    point to point between the ranks of equal mesh position."""
+
+    def __init__(self, rt):
+        super().__init__(rt)
+        nstages = PLAN["stages"]
+        if PLAN["chunks"] > 1:
+            sys.exit("%s: interleaved stages (%d per device group) are not "
+                     "run by this program" % (sys.argv[0], PLAN["chunks"]))
+        self.step_no = 0
+        inputs = [sp["name"] for sp in PLAN["inputs"]]
+        self.feed = [v for v in inputs if v != PLAN["loss"]["labels"]]
+        # The values live after each stage: made at or before it, read
+        # after it; the last stage gives the logits.
+        made = set(self.feed)
+        live = []
+        for st in range(nstages):
+            for k, n in enumerate(rt.nodes):
+                if st in rt.stage_of[k]:
+                    made.update(n.output)
+            later = rt.uses(set(range(st + 1, nstages)))
+            live.append(sorted(v for v in made if v in later))
+        live[-1] = [PLAN["loss"]["logits"]]
+        # Plan values that carry gradients: all but integer graph inputs.
+        self.floating = set(rt.placement) - {
+            sp["name"] for sp in PLAN["inputs"] if sp["range"]}
+        self.stage = rt.my_stages()[0]
+        st = self.stage
+        self.module = StageModule(self, st, self.feed if st == 0 else
+                                  live[st - 1], live[st])
+        groups = PLAN["groups"]
+        pos = groups[rt.group].index(rt.rank)
+        self.prev = groups[st - 1][pos] if st > 0 else None
+        self.next = groups[st + 1][pos] if st + 1 < nstages else None
+        # Weights that stages of several groups read (tied embeddings):
+        # their gradients summed over those groups, rank by mesh position.
+        self.shared = []
+        for w in PLAN["weights"]:
+            holders = [g for g in range(len(groups))
+                       if w["name"] in rt.uses({g})]
+            if len(holders) < 2:
+                continue
+            for p in range(len(groups[0])):
+                ranks = [groups[g][p] for g in holders]
+                pg = dist.new_group(ranks)
+                if rt.rank in ranks:
+                    self.shared.append((w["name"], pg))
+
+    def order(self):
+        m, nst, st = PLAN["micro_batches"], PLAN["stages"], self.stage
+        if PLAN["schedule"] == "gpipe":
+            return [("F", j) for j in range(m)] + [("B", j)
+                                                   for j in range(m)]
+        # 1F1B (zb-h1 too: its weight gradients' order is not PyTorch's)
+        warm = min(nst - 1 - st, m)
+        out = [("F", j) for j in range(warm)]
+        for j in range(m - warm):
+            out += [("F", warm + j), ("B", j)]
+        return out + [("B", j) for j in range(m - warm, m)]
+
+    DTYPES = (torch.float32, torch.int64, torch.bool, torch.float64,
+              torch.int32)
+
+    def send(self, tensors, peer, pending):
+        for t in tensors:
+            head = torch.zeros(8, dtype=torch.int64)
+            head[0] = t.ndim
+            head[1:1 + t.ndim] = torch.tensor(t.shape)
+            head[7] = self.DTYPES.index(t.dtype)
+            pending.append(dist.isend(head, peer))
+            pending.append(dist.isend(t.detach().contiguous(), peer))
+
+    def recv(self, count, peer):
+        out = []
+        for _ in range(count):
+            head = torch.zeros(8, dtype=torch.int64)
+            dist.recv(head, peer)
+            t = torch.empty([int(d) for d in head[1:1 + int(head[0])]],
+                            dtype=self.DTYPES[int(head[7])])
+            dist.recv(t, peer)
+            out.append(t)
+        return out
+
+    def carries_grad(self, names):
+        """Which of `names` take a gradient back (floating plan values)."""
+        return [n in self.rt.placement and n in self.floating for n in names]
+
+    def local_micro(self, name, j):
+        m = PLAN["micro_batches"]
+        t = self.batch_inputs[name]
+        size = t.shape[0] // m
+        return self.rt.dtensor(t[j * size:(j + 1) * size],
+                               self.rt.placement[name]).to_local()
+
+    def step(self, step):
+        rt = self.rt
+        self.step_no = step
+        m = PLAN["micro_batches"]
+        pending, saved, losses = [], {}, []
+        for kind, j in self.order():
+            if kind == "F":
+                if self.prev is None:
+                    xs = [self.local_micro(v, j) for v in self.feed]
+                else:
+                    xs = self.recv(len(self.module.ins), self.prev)
+                    for x, g in zip(xs, self.carries_grad(self.module.ins)):
+                        if g and x.is_floating_point():
+                            x.requires_grad_(True)
+                self.module.micro = j
+                outs = self.module(*xs)
+                if self.next is None:
+                    outs = [self.loss_of(outs[0], j, m, losses)]
+                else:
+                    self.send(outs, self.next, pending)
+                saved[j] = (xs, outs)
+            else:
+                xs, outs = saved.pop(j)
+                if self.next is None:
+                    torch.autograd.backward(outs)
+                else:
+                    outs = [o for o, g in zip(outs, self.carries_grad(
+                        self.module.outs)) if g]
+                    grads = self.recv(len(outs), self.next)
+                    torch.autograd.backward(
+                        [o for o in outs if o.requires_grad],
+                        [g for o, g in zip(outs, grads) if o.requires_grad])
+                if self.prev is not None:
+                    xs = [x for x, g in zip(xs, self.carries_grad(
+                        self.module.ins)) if g]
+                    self.send([x.grad if x.grad is not None else
+                               torch.zeros_like(x) for x in xs], self.prev,
+                              pending)
+        for w in pending:
+            w.wait()
+        for name, pg in self.shared:
+            g = rt.params[name].grad
+            if g is not None:
+                dist.all_reduce(g.to_local(), group=pg)
+        self.sync_gradients()
+        self.update(step)
+        # The step's loss, from the last stage's group to every rank.
+        value = [0.0]
+        if self.next is None:
+            total = sum(losses)
+            value = [total.redistribute(rt.mesh, [Replicate()] *
+                                        rt.mesh.ndim).to_local().item()]
+        src = PLAN["groups"][-1][0]
+        dist.broadcast_object_list(value, src=src)
+        return torch.tensor(value[0])
+
+    def loss_of(self, out, j, m, losses):
+        """Micro-batch j's loss / m: the local partial sum, its gradient 1
+        on every rank."""
+        rt = self.rt
+        logits = DTensor.from_local(
+            out, rt.mesh, placements(rt.placement[PLAN["loss"]["logits"]]),
+            run_check=False)
+        labels = self.batch_inputs[PLAN["loss"]["labels"]]
+        size = labels.shape[0] // m
+        env = {PLAN["loss"]["logits"]: logits,
+               "whole:" + PLAN["loss"]["labels"]:
+               labels[j * size:(j + 1) * size]}
+        loss = rt.loss(env) / m
+        losses.append(loss.detach())
+        return loss.to_local(grad_placements=[Replicate()] * rt.mesh.ndim)
+
+
+def run_forward(rt, inputs, step, micro, stage=None):
+    """The forward (of one stage's nodes when given), nodes of recomputed
+    ops checkpointed: their activations dropped after the forward and
+    computed again in the backward."""
     from torch.utils.checkpoint import checkpoint
     env = dict(inputs)
     k = 0
     n = len(rt.nodes)
+    keep = [stage is None or stage in st for st in rt.stage_of]
     while k < n:
+        if not keep[k]:
+            k += 1
+            continue
         opi = rt.owner[k]
         end = k + 1
         if opi is None or not rt.ops[opi]["recompute"]:
-            while end < n and rt.owner[end] == opi and opi is not None:
+            while end < n and keep[end] and rt.owner[end] == opi and \
+                    opi is not None:
                 end += 1
             env = rt.run_segment(env, k, end, step, micro)
             k = end
             continue
-        while end < n and rt.owner[end] is not None and \
+        while end < n and keep[end] and rt.owner[end] is not None and \
                 rt.ops[rt.owner[end]]["recompute"]:
             end += 1
         needed, outs = rt.segment_io(env, k, end)
@@ -841,11 +1095,18 @@ def run_forward(rt, inputs, step, micro):
 
 
 def dump(rt, path, losses):
-    """Rank 0 writes the losses and every final weight whole (.npz)."""
-    arrays = {"losses": np.array(losses, dtype=np.float64)}
+    """Rank 0 writes the losses and every final weight whole (.npz),
+    gathered from the groups that hold them."""
+    arrays = {}
     for name, p in sorted(rt.params.items()):
         full = p.full_tensor() if isinstance(p, DTensor) else p
         arrays["w:" + name] = full.detach().cpu().numpy()
+    if rt.pipelined:
+        parts = [None] * rt.world
+        dist.all_gather_object(parts, arrays)
+        for part in parts:
+            arrays.update(part)
+    arrays["losses"] = np.array(losses, dtype=np.float64)
     if rt.rank == 0:
         np.savez(path, **arrays)
 
@@ -886,7 +1147,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     rt = Runtime(args)
     rt.init_weights(args.seed)
-    tr = Trainer(rt)
+    tr = PipeTrainer(rt) if rt.pipelined else Trainer(rt)
     if rt.rank == 0:
         print("dtensor: %s (batch %d) under %s: %d rank%s (%s), mesh %s, "
               "%d steps, seed %d" % (
@@ -904,7 +1165,8 @@ def main(argv=None):
                 loss = tr.step(step)
         else:
             loss = tr.step(step)
-        value = loss.full_tensor().item()
+        value = loss.full_tensor().item() if isinstance(loss, DTensor) \
+            else loss.item()
         losses.append(value)
         if rt.rank == 0:
             print("step %d loss %.8f" % (step + 1, value), flush=True)

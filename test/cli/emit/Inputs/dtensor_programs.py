@@ -2,7 +2,9 @@
 """Makes the plans of test/cli/emit/dtensor.test and their DTensor programs:
 for each model and rank count (2 or 4: the clusters of test/cli/exec), a
 data-parallel plan, Megatron's tp 2 (simulate --strategy megatron:tp=2), a
-ZeRO-3 plan (fsdp:zero=3) and an mcmc plan, each emitted with
+ZeRO-3 plan (fsdp:zero=3), an mcmc plan and a pipeline (the data plan cut
+into 2 stages of RANKS/2 devices, 8/RANKS micro-batches, by
+test/cli/exec/Inputs/pipeplan.py), each emitted with
 `soapc emit --target dtensor` to OUT/<model>-<kind><ranks>.py, whose
 fallback notes go to OUT/<model>-<kind><ranks>.err. Prints one line per
 program: its name and how many ops fell back.
@@ -19,7 +21,9 @@ KINDS = {
     "tp": ["simulate", "--strategy", "megatron:tp=2"],
     "z3": ["simulate", "--strategy", "fsdp:zero=3"],
     "mc": ["--search", "mcmc", "--budget", "300", "--seed", "1"],
+    "pp": None,  # made from "dp"
 }
+PIPEPLAN = os.path.join(HERE, "..", "..", "exec", "Inputs", "pipeplan.py")
 
 
 def main():
@@ -29,18 +33,34 @@ def main():
         name = os.path.splitext(os.path.basename(model))[0]
         for kind, args in KINDS.items():
             stem = os.path.join(out, "%s-%s%d" % (name, kind, ranks))
+            if kind == "pp":
+                dump = stem + "-dump.json"
+                with open(dump, "w") as f:
+                    subprocess.run([soapc, "dump", model, "--kernels",
+                                    "fused", "--batch", "8", "--format",
+                                    "json"], check=True, stdout=f)
+                subprocess.run([sys.executable, PIPEPLAN, os.path.join(
+                    out, "%s-dp%d.json" % (name, ranks)), dump,
+                    stem + ".json", "2", str(8 // ranks)], check=True,
+                    stdout=subprocess.DEVNULL)
+                emit(soapc, stem)
+                continue
             cmd = [soapc] + args[:1] + [model] + args[1:] if \
                 args[0] == "simulate" else [soapc, model] + args
             subprocess.run(cmd + ["--topology", topo, "--batch", "8", "-q",
                                   "-o", stem + ".json"],
                            check=True, stdout=subprocess.DEVNULL)
-            with open(stem + ".err", "w") as err:
-                subprocess.run([soapc, "emit", stem + ".json", "--target",
-                                "dtensor", "-o", stem + ".py"], check=True,
-                               stderr=err)
-            with open(stem + ".err") as err:
-                fell = sum(1 for line in err if "DTensor fallback" in line)
-            print("%s-%s%d: %d fallbacks" % (name, kind, ranks, fell))
+            emit(soapc, stem)
+
+
+def emit(soapc, stem):
+    """stem.py from stem.json, its notes in stem.err; prints the count."""
+    with open(stem + ".err", "w") as err:
+        subprocess.run([soapc, "emit", stem + ".json", "--target", "dtensor",
+                        "-o", stem + ".py"], check=True, stderr=err)
+    with open(stem + ".err") as err:
+        fell = sum(1 for line in err if "DTensor fallback" in line)
+    print("%s: %d fallbacks" % (os.path.basename(stem), fell))
 
 
 if __name__ == "__main__":

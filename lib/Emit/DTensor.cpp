@@ -59,6 +59,26 @@ Placements gradTarget(const Placements &out) {
   return t;
 }
 
+/// The PLAN dictionary as JSON a reader can follow: a field per line, and a
+/// line per element of a list of objects (an op, a weight, an input).
+std::string planText(const Json &plan) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto &[key, value] : plan.items()) {
+    out += (first ? "\n \"" : ",\n \"") + key + "\": ";
+    first = false;
+    if (value.is_array() && !value.empty() && value.front().is_object()) {
+      out += "[";
+      for (size_t k = 0; k < value.size(); ++k)
+        out += (k ? ",\n  " : "\n  ") + value[k].dump();
+      out += "\n ]";
+    } else {
+      out += value.dump();
+    }
+  }
+  return out + "\n}";
+}
+
 } // namespace
 
 llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
@@ -323,7 +343,7 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
            std::to_string(c.topo.numDevices()) +
            " THIS.py --steps 3\n# (or with one process: the same training "
            "on one device).\nimport json\n\nPLAN = json.loads(r\"\"\"\n" +
-           plan.dump(1) + "\n\"\"\")\n\n" + kDTensorRuntime;
+           planText(plan) + "\n\"\"\")\n\n" + kDTensorRuntime;
   for (const std::string &f : fallbacks)
     e.notes.push_back(fmt::format("DTensor fallback: {}", f));
   return e;

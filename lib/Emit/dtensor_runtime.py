@@ -397,7 +397,7 @@ class Runtime:
             for p in sumexp.placements]))
         # The one-hot of the labels, cut as the logits are.
         onehot = torch.zeros(list(logits.shape), dtype=logits.dtype)
-        onehot.scatter_(-1, env["whole:" + spec["labels"]].unsqueeze(-1),
+        onehot.scatter_(-1, env["whole:" + spec["labels"]].cpu().unsqueeze(-1),
                         1.0)
         onehot = self.dtensor(onehot, [plstr(p) for p in logits.placements])
         picked = (z * onehot).sum(dim=-1, keepdim=True)
@@ -953,7 +953,7 @@ class PipeTrainer(Trainer):
 
     def send(self, tensors, peer, pending):
         for t in tensors:
-            head = torch.zeros(8, dtype=torch.int64)
+            head = torch.zeros(8, dtype=torch.int64, device=self.rt.device)
             head[0] = t.ndim
             head[1:1 + t.ndim] = torch.tensor(t.shape)
             head[7] = self.DTYPES.index(t.dtype)
@@ -963,10 +963,11 @@ class PipeTrainer(Trainer):
     def recv(self, count, peer):
         out = []
         for _ in range(count):
-            head = torch.zeros(8, dtype=torch.int64)
+            head = torch.zeros(8, dtype=torch.int64, device=self.rt.device)
             dist.recv(head, peer)
-            t = torch.empty([int(d) for d in head[1:1 + int(head[0])]],
-                            dtype=self.DTYPES[int(head[7])])
+            head = head.tolist()
+            t = torch.empty(head[1:1 + head[0]], dtype=self.DTYPES[head[7]],
+                            device=self.rt.device)
             dist.recv(t, peer)
             out.append(t)
         return out

@@ -108,8 +108,8 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
   plan["schedule"] = scheduleName(s.pipeline.schedule).str();
   plan["chunks"] = s.pipeline.chunks;
   if (c.plan.inputs.precision != "fp32")
-    e.notes.push_back(fmt::format(
-        "the plan is {}; the program trains in fp32", c.plan.inputs.precision));
+    e.notes.push_back(fmt::format("the plan is {}; the program trains in fp32",
+                                  c.plan.inputs.precision));
 
   // Ops, and the values whose placement each producer and consumer wants.
   std::map<ValueId, Placements> produced;
@@ -173,8 +173,9 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
     w["init"] = scale ? "scale" : "default";
     w["home"] = home;
     w["fsdp"] = nullptr;
-    bool replicated = std::all_of(home.begin(), home.end(),
-                                  [](const std::string &x) { return x == "R"; });
+    bool replicated =
+        std::all_of(home.begin(), home.end(),
+                    [](const std::string &x) { return x == "R"; });
     if (weightZeroStage(g, s, v.id) == 3) {
       if (replicated && !pipelined && c.topo.numDevices() > 1) {
         w["fsdp"] = int64_t(first.id);
@@ -338,8 +339,7 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
   e.text = "#!/usr/bin/env python3\n"
            "# A PyTorch DTensor program written by `soapc emit --target "
            "dtensor` for " +
-           c.planPath +
-           "; run it with\n#   torchrun --nproc-per-node " +
+           c.planPath + "; run it with\n#   torchrun --nproc-per-node " +
            std::to_string(c.topo.numDevices()) +
            " THIS.py --steps 3\n# (or with one process: the same training "
            "on one device).\nimport json\n\nPLAN = json.loads(r\"\"\"\n" +

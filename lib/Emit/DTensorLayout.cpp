@@ -291,7 +291,8 @@ OpPlacement mapOp(const Op &op, const OpConfig &c,
   OpPlacement p = placeOp(op, mesh, a, why);
   if (!why.empty()) {
     exact = false;
-    p.fallback = fmt::format("{}; runs as {}", why, assignmentStr(op, p.loopOfDim));
+    p.fallback =
+        fmt::format("{}; runs as {}", why, assignmentStr(op, p.loopOfDim));
   }
   return p;
 }
@@ -345,8 +346,7 @@ llvm::Expected<DTensorLayout> dtensorLayout(const EmitContext &c) {
       bool exact = false;
       const auto &grp =
           out.groups[size_t(s.pipeline.group(s.pipeline.stage(op.id)))];
-      l.ops.push_back(
-          mapOp(op, s.configs[size_t(op.id)], mesh, grp, exact));
+      l.ops.push_back(mapOp(op, s.configs[size_t(op.id)], mesh, grp, exact));
       exactOps += exact;
     }
     if (exactOps > best) {

@@ -34,8 +34,9 @@ llvm::Expected<Strategy> megatronStrategy(const Graph &g, const Topology &topo,
 /// devices, the sample loop split d ways (replicas where it cannot be).
 /// With `sequence` (Megatron's sequence parallelism, Korthikanti et al.
 /// 2022), an op the tensor split leaves replicated over the t devices —
-/// LayerNorm, bias, dropout and residual adds, the embedding — is split t
-/// ways along its sequence loop (sequenceLoops) where it has one: the
+/// LayerNorm, bias, dropout and residual adds, and the embedding unless it
+/// is vocabulary-parallel (below) — is split t ways along its sequence loop
+/// (sequenceLoops) where it has one: the
 /// simulator then reduce-scatters the row-parallel GEMM's partial sums and
 /// the column-parallel GEMM's input gradients, and the column-parallel
 /// GEMM gathers its input. With `padVocab` (a strategy whose vocabPadding

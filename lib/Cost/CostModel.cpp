@@ -116,7 +116,7 @@ double publishedAttentionFlops(llvm::StringRef device, DType t, Pass pass,
 /// The sequence a fused attention kernel runs over: the shorter of its
 /// tile's query and key extents (a ring-attention step is one query block
 /// against one key block). 0 when the op has no such loops.
-int64_t attentionSequence(const Op &op, const Box &tile) {
+int64_t kernelSequence(const Op &op, const Box &tile) {
   int64_t q = 0, k = 0;
   for (size_t l = 0; l < op.sem.loops.size(); ++l) {
     if (op.sem.loops[l].name == "q")
@@ -164,18 +164,12 @@ void operandTypes(const Graph &g, const Op &op, std::vector<DType> &in,
       in[i] = DType::U8;
 }
 
-/// An op that only moves or relabels its input's elements.
-bool layoutKind(llvm::StringRef k) {
-  return k == "Reshape" || k == "Transpose" || k == "Squeeze" ||
-         k == "Unsqueeze" || k == "Flatten" || k == "Identity";
-}
-
 /// The op `v` comes from, looking through layout ops; null for a graph
 /// input or weight.
 const Op *producerThroughLayout(const Graph &g, ValueId v) {
   while (v != kNoValue && g.value(v).producer >= 0) {
     const Op &p = g.op(g.value(v).producer);
-    if (!layoutKind(p.kind))
+    if (!isLayoutKind(p.kind))
       return &p;
     v = p.input(0);
   }
@@ -293,7 +287,7 @@ KernelTimes CostModel::fp8Scaling(const Graph &g, const Op &op,
       work.pop_back();
       for (OpId u : g.value(v).users) {
         const Op &user = g.op(u);
-        if (layoutKind(user.kind))
+        if (isLayoutKind(user.kind))
           work.insert(work.end(), user.outputs.begin(), user.outputs.end());
         else
           fused = fused && activationKernel(user);
@@ -579,7 +573,7 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
     double attention =
         op.kind == "FlashAttention"
             ? publishedAttentionFlops(device_.name, dt, pass,
-                                      attentionSequence(op, tile))
+                                      kernelSequence(op, tile))
             : 0;
     bool burst = db_ != nullptr; // rates measured in short bursts
     if (op.kind == "FlashAttention" && !computed && attention > 0) {

@@ -210,6 +210,11 @@ double Graph::forwardFlops() const {
   return f;
 }
 
+bool isLayoutKind(llvm::StringRef k) {
+  return k == "Reshape" || k == "Transpose" || k == "Squeeze" ||
+         k == "Unsqueeze" || k == "Flatten" || k == "Identity";
+}
+
 /// Whether `op`'s output reaches a loss or a graph output through layout
 /// ops alone (the logits of an LM head or classifier).
 static bool feedsLogits(const Graph &g, const Op &op) {
@@ -226,8 +231,7 @@ static bool feedsLogits(const Graph &g, const Op &op) {
       llvm::StringRef k = user.kind;
       if (k.endswith("Loss"))
         return true;
-      if (k == "Reshape" || k == "Transpose" || k == "Flatten" ||
-          k == "Squeeze" || k == "Unsqueeze" || k == "Identity")
+      if (isLayoutKind(k))
         work.insert(work.end(), user.outputs.begin(), user.outputs.end());
     }
   }

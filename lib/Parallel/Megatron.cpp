@@ -256,16 +256,10 @@ std::vector<OpConfig> megatronGroupConfigs(const Graph &g, int32_t t, int64_t d,
     // one when the op has no sample loop to split).
     c.replicas = (tl >= 0 ? 1 : t) * (dataSplit ? 1 : int32_t(d));
     c.devices.assign(size_t(c.numTasks()), 0);
-    // A tile's index along a split loop: its start over OpConfig::tile's
-    // chunk (ceil-sized, so a padded vocabulary's uneven split maps too).
-    auto chunk = [&](int l, int64_t parts) {
-      return (sem.loops[size_t(l)].size + parts - 1) / parts;
-    };
     for (int64_t k = 0; k < c.numTiles(); ++k) {
-      Box b = c.tile(sem, k);
-      int64_t si = dataSplit ? b.lo[size_t(sl)] / chunk(sl, d) : 0;
+      int64_t si = dataSplit ? c.coordinate(k, size_t(sl)) : 0;
       for (int32_t r = 0; r < c.replicas; ++r) {
-        int64_t ti = tl >= 0 ? b.lo[size_t(tl)] / chunk(tl, t) : r % t;
+        int64_t ti = tl >= 0 ? c.coordinate(k, size_t(tl)) : r % t;
         if (!dataSplit)
           si = r / (tl >= 0 ? 1 : t);
         c.devices[size_t(k * c.replicas + r)] = DeviceId(si * t + ti);

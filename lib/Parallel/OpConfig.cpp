@@ -2,6 +2,7 @@
 // configuration.
 #include "soap/Parallel/Strategy.h"
 
+#include "TensorDims.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
 #include <fmt/format.h>
@@ -32,6 +33,12 @@ Box OpConfig::tile(const OpSemantics &sem, int64_t k) const {
     b.hi[l] = std::min((c + 1) * chunk, size);
   }
   return b;
+}
+
+int64_t OpConfig::coordinate(int64_t k, size_t l) const {
+  for (size_t m = degree.size(); --m > l;)
+    k /= degree[m];
+  return k % degree[l];
 }
 
 std::vector<DeviceId> OpConfig::deviceSet() const {
@@ -103,7 +110,7 @@ llvm::Error verifyConfig(const OpConfig &c, const OpSemantics &sem,
                         where.str(), loop.name, d);
     if (int(l) == unevenLoop && loop.granule == 1) {
       // A padded vocabulary: ceil-sized tiles, none of them empty.
-      if ((loop.size + d - 1) / d * (d - 1) >= loop.size)
+      if (!detail::splitsUnevenly(loop, d))
         return inputError("{}: degree {} leaves a tile of vocabulary loop "
                           "'{}' of size {} empty",
                           where.str(), d, loop.name, loop.size);

@@ -388,9 +388,11 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   s.pipeline.chunks = c.vp;
   if (c.pp > 1)
     s.pipeline.stageOf = layerStages(g, c.pp * c.vp);
+  s.vocabPadding = megatronVocabPadding(g);
+  bool padVocab = s.vocabPadding > 0;
   if (c.cp > 1) {
     auto cfg = contextParallelConfigs(
-        g, megatronGroupConfigs(g, c.tp, dp, c.sp, /*padVocab=*/true), c.tp,
+        g, megatronGroupConfigs(g, c.tp, dp, c.sp, padVocab), c.tp,
         c.cp, int32_t(m), c.sp);
     if (!cfg)
       return cfg.takeError();
@@ -400,12 +402,10 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
         dev += DeviceId(s.pipeline.group(s.pipeline.stage(op.id)) * dp *
                         c.tp * c.cp);
   } else {
-    s.configs =
-        megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp, /*padVocab=*/true);
+    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp, padVocab);
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   s.gradSync = c.gradSync();
-  s.vocabPadding = megatronVocabPadding(g);
   if (auto err = verifyStrategy(s, g, topo))
     return llvm::Error(std::move(err));
   return s;

@@ -13,6 +13,10 @@
 
 namespace soap {
 
+/// Whether an op of `kind` only moves or relabels its input's elements
+/// (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity).
+bool isLayoutKind(llvm::StringRef kind);
+
 using ValueId = int32_t;
 using OpId = int32_t;
 constexpr ValueId kNoValue = -1;

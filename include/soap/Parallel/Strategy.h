@@ -30,6 +30,8 @@ struct OpConfig {
   int64_t numTasks() const { return numTiles() * replicas; }
   /// The box of tile k (0 <= k < numTiles()).
   Box tile(const OpSemantics &sem, int64_t k) const;
+  /// Tile k's coordinate along loop l (0 .. degree[l] - 1).
+  int64_t coordinate(int64_t k, size_t l) const;
   DeviceId device(int64_t tileIndex, int32_t replica = 0) const {
     return devices[size_t(tileIndex) * replicas + replica];
   }

@@ -598,6 +598,8 @@ KernelTimes CostModel::analytic(const Graph &g, const Op &op,
 
 llvm::Expected<KernelTimes> CostModel::kernel(const Graph &g, const Op &op,
                                               const Box &tile) const {
+  if (op.absorbed)
+    return KernelTimes{}; // a view or a GEMM's epilogue (Op::absorbed)
   if (mode_ != CostMode::Analytic && db_) {
     std::string sig = opSignature(g, op, tile);
     if (const KernelEntry *e = db_->find(sig)) {

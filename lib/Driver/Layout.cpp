@@ -1,6 +1,8 @@
 // A plan's layout in Megatron-LM's and DeepSpeed's vocabulary.
 #include "soap/Driver/Layout.h"
 
+#include "soap/Parallel/Megatron.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
@@ -41,6 +43,25 @@ std::string splitWords(const OpSemantics &sem, const OpConfig &c) {
   if (c.replicas > 1)
     s += fmt::format("{}replicated×{}", s.empty() ? "" : " ", c.replicas);
   return s.empty() ? "whole" : s;
+}
+
+/// How `s` cuts the sequence: the attention's query split (Megatron's
+/// context parallelism; 1 without it, 0 without attention), and whether
+/// some op cuts it more ways than that, i.e. along the tensor-parallel
+/// group too (Megatron's sequence parallelism).
+std::pair<int64_t, bool> sequenceSplits(const Graph &g, const Strategy &s) {
+  std::vector<int> seq = sequenceLoops(g);
+  int64_t attention = 0, most = 0;
+  for (const Op &op : g.ops()) {
+    int l = seq[size_t(op.id)];
+    if (l < 0)
+      continue;
+    int64_t deg = s.configs[size_t(op.id)].degree[size_t(l)];
+    if (isAttentionOp(op))
+      attention = std::max(attention, deg);
+    most = std::max(most, deg);
+  }
+  return {attention, attention > 0 && most > attention};
 }
 
 std::string scheduleWords(const Pipeline &p) {
@@ -113,8 +134,14 @@ Layout describeLayout(const Graph &g, const Strategy &s, size_t numDevices,
   std::vector<std::string> parts;
   if (d > 0) {
     std::vector<std::string> dims;
-    if (t > 1)
-      dims.push_back(fmt::format("tensor {}", t));
+    auto [context, sequence] = sequenceSplits(g, s);
+    if (context < 2 || t % context != 0)
+      context = 1;
+    if (t / context > 1)
+      dims.push_back(fmt::format("tensor {}{}", t / context,
+                                 sequence ? " (sequence parallel)" : ""));
+    if (context > 1)
+      dims.push_back(fmt::format("context {}", context));
     if (groups > 1) {
       int64_t per = batch / (int64_t(m) * d);
       dims.push_back(fmt::format("pipeline {} ({}, {} micro-batches of {})",

@@ -68,7 +68,7 @@ OpFinding describeDifference(const EmitContext &c, llvm::StringRef engine,
   const Strategy &s = c.strategy;
   const MegatronConfig &k = best.config;
   std::string layout = fmt::format("tp={}, cp={}, dp={}{}", k.tp, k.cp, best.dp,
-                                   k.sp ? ", sequence parallel" : "");
+                                   k.sp.value_or(false) ? ", sequence parallel" : "");
   int32_t planStage = s.pipeline.stage(o);
   int32_t builtStage = best.built.pipeline.stage(o);
   if (planStage != builtStage) {
@@ -316,7 +316,7 @@ llvm::Error crossCheckWhatIf(const EmitContext &c, const EngineLayout &l) {
     if (!k)
       return withContext(k.takeError(), c.planPath + ": /search/searcher: ");
     bool same = k->tp == l.tp && k->pp == l.pp && k->vp == l.vp &&
-                k->cp == l.cp && k->sp == l.sp && k->mbs == l.microBatchSize &&
+                k->cp == l.cp && k->sequenceParallel(c.graph) == l.sp && k->mbs == l.microBatchSize &&
                 k->recompute == l.recompute &&
                 (!dataGroups || k->distopt == (l.zero == 1)) &&
                 (l.pp == 1 || k->schedule == l.schedule);
@@ -462,7 +462,7 @@ llvm::Expected<EngineLayout> readEngineLayout(const EmitContext &c,
     return match.takeError();
   l.tp = match->config.tp;
   l.cp = match->config.cp;
-  l.sp = match->config.sp;
+  l.sp = match->config.sp.value_or(false);
   l.dp = match->dp;
   l.microBatchSize = match->config.mbs;
   l.matches = match->matched == g.numOps();

@@ -118,6 +118,25 @@ private:
            isFloating(g_.value(v).dtype);
   }
 
+  /// Whether `op` adds a bias (a 1-D weight of the last dim's size) to a
+  /// GEMM's output that nothing else reads: Transformer Engine's Linear
+  /// adds it in the GEMM's epilogue (Op::absorbed).
+  bool biasEpilogue(const Op &op) const {
+    if (op.kind != "Add" || op.inputs.size() != 2)
+      return false;
+    for (size_t i = 0; i < 2; ++i) {
+      ValueId b = op.inputs[i], x = op.inputs[1 - i];
+      if (b == kNoValue || x == kNoValue)
+        return false;
+      const Value &bv = g_.value(b), &xv = g_.value(x);
+      const Op *p = producer(x);
+      if (bv.kind == ValueKind::Weight && bv.shape.rank() == 1 &&
+          xv.shape.rank() >= 1 && bv.shape.dims[0] == xv.shape.dims.back() &&
+          p && (p->kind == "MatMul" || p->kind == "Gemm") && soleUse(x, op.id))
+        return true;
+    }
+    return false;
+  }
   void matchPatterns();
   void matchAttention();
   std::optional<AttentionMatch> matchAt(const Op &pv) const;
@@ -632,6 +651,7 @@ llvm::Expected<std::unique_ptr<Graph>> Fuser::run(FusionStats *stats,
       c.name = op.name;
       c.kind = op.kind;
       c.attrs = op.attrs;
+      c.absorbed = isViewKind(op.kind) || (attention && biasEpilogue(op));
       for (ValueId v : op.inputs)
         c.inputs.push_back(map(v));
       for (ValueId v : op.outputs)

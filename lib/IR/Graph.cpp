@@ -215,6 +215,10 @@ bool isLayoutKind(llvm::StringRef k) {
          k == "Unsqueeze" || k == "Flatten" || k == "Identity";
 }
 
+bool isViewKind(llvm::StringRef k) {
+  return (isLayoutKind(k) && k != "Transpose") || k == "Split";
+}
+
 /// Whether `op`'s output reaches a loss or a graph output through layout
 /// ops alone (the logits of an LM head or classifier).
 static bool feedsLogits(const Graph &g, const Op &op) {

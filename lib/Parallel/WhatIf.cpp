@@ -25,9 +25,10 @@ llvm::StringRef recomputeModeName(RecomputeMode r) {
 }
 
 std::string MegatronConfig::str() const {
-  std::string s = fmt::format("tp={},pp={},vp={},cp={},mbs={},sp={},"
+  std::string s = fmt::format("tp={},pp={},vp={},cp={},mbs={},{}"
                               "recompute={},distopt={}",
-                              tp, pp, vp, cp, mbs, int(sp),
+                              tp, pp, vp, cp, mbs,
+                              sp ? fmt::format("sp={},", int(*sp)) : "",
                               recomputeModeName(recompute).str(), int(distopt));
   if (schedule != PipelineSchedule::OneFOneB)
     s += fmt::format(",schedule={}", scheduleName(schedule).str());
@@ -48,8 +49,23 @@ GradSync MegatronConfig::gradSync() const {
   g.overlapParamGather =
       overlapParamGather.value_or(distopt && overlapGradReduce);
   g.bucketParams = bucketSize;
-  g.tpCommOverlap = tpCommOverlap.value_or(sp);
+  g.tpCommOverlap = tpCommOverlap.value_or(sp.value_or(false));
   return g;
+}
+
+bool MegatronConfig::sequenceParallel(const Graph &g) const {
+  if (sp)
+    return *sp;
+  if (tp < 2)
+    return false;
+  std::vector<int> seq = sequenceLoops(g);
+  return std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+}
+
+MegatronConfig MegatronConfig::resolved(const Graph &g) const {
+  MegatronConfig c = *this;
+  c.sp = sequenceParallel(g);
+  return c;
 }
 
 namespace {
@@ -197,7 +213,10 @@ llvm::Expected<MegatronConfig> parseMegatronConfig(llvm::StringRef keys) {
           auto f = flag(what, key, value);
           if (!f)
             return f.takeError();
-          (key == "sp" ? c.sp : c.distopt) = *f;
+          if (key == "sp")
+            c.sp = *f;
+          else
+            c.distopt = *f;
           return llvm::Error::success();
         }
         if (key == "tp_comm_overlap") {
@@ -282,7 +301,9 @@ llvm::Expected<FsdpConfig> parseFsdpConfig(llvm::StringRef keys) {
 
 llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                                                 const Topology &topo,
-                                                const MegatronConfig &c) {
+                                                const MegatronConfig &given) {
+  const MegatronConfig c = given.resolved(g);
+  const bool sp = *c.sp;
   if (c.vp > 1 && c.pp < 2)
     return inputError("--strategy megatron: vp={} interleaves the stages of "
                       "a pipeline; it needs pp > 1",
@@ -291,13 +312,13 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
     return inputError("--strategy megatron: vp={} runs the interleaved 1F1B "
                       "schedule, not schedule={}",
                       c.vp, scheduleName(c.schedule));
-  if (c.sp && c.tp < 2)
+  if (sp && c.tp < 2)
     return inputError("--strategy megatron: sp=1 (sequence parallelism) "
                       "needs tp > 1: it splits the tensor-parallel group's "
                       "replicated ops along the sequence");
   // Megatron-LM's check of --tp-comm-overlap (Transformer Engine's
   // userbuffers overlap the sequence-parallel collectives).
-  if (c.tpCommOverlap.value_or(false) && !c.sp)
+  if (c.tpCommOverlap.value_or(false) && !sp)
     return inputError("--strategy megatron: tp_comm_overlap=1 needs sequence "
                       "parallelism (sp=1)");
   // Megatron-LM's own checks of --overlap-param-gather.
@@ -358,7 +379,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                           c.tp, heads, op.hasAttr("kv_heads") ? "kv " : "",
                           g.where(op.id));
     }
-  if (c.sp) {
+  if (sp) {
     std::vector<int> seq = sequenceLoops(g);
     if (std::all_of(seq.begin(), seq.end(), [](int l) { return l < 0; }))
       return inputError("--strategy megatron: sp=1 (sequence parallelism) "
@@ -392,8 +413,8 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
   bool padVocab = s.vocabPadding > 0;
   if (c.cp > 1) {
     auto cfg = contextParallelConfigs(
-        g, megatronGroupConfigs(g, c.tp, dp, c.sp, padVocab), c.tp,
-        c.cp, int32_t(m), c.sp);
+        g, megatronGroupConfigs(g, c.tp, dp, sp, padVocab), c.tp,
+        c.cp, int32_t(m), sp);
     if (!cfg)
       return cfg.takeError();
     s.configs = std::move(*cfg);
@@ -402,7 +423,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
         dev += DeviceId(s.pipeline.group(s.pipeline.stage(op.id)) * dp *
                         c.tp * c.cp);
   } else {
-    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, c.sp, padVocab);
+    s.configs = megatronStagedConfigs(g, s.pipeline, c.tp, dp, sp, padVocab);
   }
   applyMemoryChoices(g, s, c.distopt ? 1 : 0, c.recompute);
   s.gradSync = c.gradSync();

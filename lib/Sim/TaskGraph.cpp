@@ -243,6 +243,28 @@ llvm::Expected<TaskGraph> TaskGraph::prepare(const SimContext &ctx,
   }
   tg.kernelMem_.assign(g.numOps(), {});
   tg.leafMem_.assign(g.numOps(), {});
+  tg.memoryReaders_.assign(g.numOps(), {});
+  {
+    std::map<ValueId, std::vector<OpId>> savers;
+    for (const Op &o : g.ops())
+      for (const SavedOperand &so : o.sem.saved)
+        if (!so.isOutput && o.input(size_t(so.index)) != kNoValue)
+          savers[o.input(size_t(so.index))].push_back(o.id);
+    for (const auto &[v, ops] : savers) {
+      OpId p = g.value(v).producer;
+      for (OpId a : ops) {
+        if (p >= 0)
+          tg.memoryReaders_[size_t(p)].push_back(a);
+        for (OpId b : ops)
+          if (a != b)
+            tg.memoryReaders_[size_t(a)].push_back(b);
+      }
+    }
+    for (auto &r : tg.memoryReaders_) {
+      std::sort(r.begin(), r.end());
+      r.erase(std::unique(r.begin(), r.end()), r.end());
+    }
+  }
   for (const Op &o : g.ops())
     tg.addOpMemory(o.id, +1);
   std::shared_ptr<const AssemblyCache::PerOp> assembly;
@@ -397,11 +419,17 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
   std::sort(onDevices.begin(), onDevices.end());
   onDevices.erase(std::unique(onDevices.begin(), onDevices.end()),
                   onDevices.end());
+  // o's memory and that of the ops whose memory reads o's configuration
+  // (unheldSavedBytes), taken out under the old one and put back.
   addOpMemory(o, -1);
+  for (OpId r : memoryReaders_[size_t(o)])
+    addOpMemory(r, -1);
   strategy_.configs[o] = c;
   if (order)
     setWeightGradOrder(o, *order);
   addOpMemory(o, +1);
+  for (OpId r : memoryReaders_[size_t(o)])
+    addOpMemory(r, +1);
   // The op's gradient assembly and its producers' (which sum the gradients
   // it gives them) depend on its tiling.
   setLeafMemory(o);

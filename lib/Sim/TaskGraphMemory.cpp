@@ -6,6 +6,7 @@
 #include "TaskGraphDetail.h"
 #include <algorithm>
 #include <limits>
+#include <set>
 
 namespace soap {
 
@@ -54,6 +55,78 @@ void TaskGraph::PeakTree::rangeAdd(size_t node, size_t nlo, size_t nhi,
   rangeAdd(2 * node, nlo, mid, lo, hi, v);
   rangeAdd(2 * node + 1, mid, nhi, lo, hi, v);
   max[node] = add[node] + std::max(max[2 * node], max[2 * node + 1]);
+}
+
+Bytes TaskGraph::unheldSavedBytes(OpId o, int64_t k, const Box &mbTile) const {
+  const Graph &g = ctx_->graph;
+  const Op &op = g.op(o);
+  const OpConfig &c = strategy_.configs[size_t(o)];
+  const Pipeline &pipe = strategy_.pipeline;
+  int32_t m = pipe.microBatches;
+  double unheld = 0;
+  for (const SavedOperand &so : op.sem.saved) {
+    ValueId v = so.isOutput ? kNoValue : op.input(size_t(so.index));
+    if (v == kNoValue)
+      continue;
+    Box region =
+        op.sem.inputRegion(so.index, op.sem.ringBlock(so.index, mbTile));
+    double bytes = double(region.volume()) * so.bytesPerElement;
+    // Saved by a lower op configured alike (on the same stage, so on the
+    // same devices with the same region).
+    bool shared = false;
+    for (OpId u : g.value(v).users) {
+      if (u >= o || strategy_.recomputes(u) ||
+          strategy_.configs[size_t(u)] != c ||
+          pipe.stage(u) != pipe.stage(o))
+        continue;
+      // Alike: tile k of u is on tile k of o's devices.
+      const Op &uo = g.op(u);
+      for (const SavedOperand &us : uo.sem.saved)
+        shared = shared ||
+                 (!us.isOutput && uo.input(size_t(us.index)) == v &&
+                  uo.sem.inputRegion(
+                      us.index,
+                      uo.sem.ringBlock(us.index,
+                                       microBatchTile(c, uo.sem, k, 0, m))) ==
+                      region);
+    }
+    if (shared) {
+      unheld += bytes;
+      continue;
+    }
+    // Gathered from a producer's slices, one on each device reading it.
+    OpId p = g.value(v).producer;
+    if (p < 0 || c.replicas != 1 || pipe.stage(p) != pipe.stage(o))
+      continue;
+    const OpConfig &pc = strategy_.configs[size_t(p)];
+    if (pc.replicas != 1)
+      continue;
+    std::set<DeviceId> readers;
+    for (int64_t t = 0; t < c.numTiles(); ++t)
+      if (op.sem.inputRegion(so.index,
+                             op.sem.ringBlock(
+                                 so.index, microBatchTile(c, op.sem, t, 0, m))) ==
+          region)
+        readers.insert(c.device(t));
+    if (readers.size() < 2)
+      continue;
+    const Op &po = g.op(p);
+    int out = g.value(v).producerOutput;
+    size_t slices = 0;
+    int64_t covered = 0;
+    bool fits = true;
+    for (int64_t t = 0; t < pc.numTiles() && fits; ++t) {
+      Box b = po.sem.outputRegion(out, microBatchTile(pc, po.sem, t, 0, m));
+      if (!overlaps(b, region))
+        continue;
+      fits = b.intersect(region) == b && readers.count(pc.device(t));
+      ++slices;
+      covered += b.volume();
+    }
+    if (fits && slices == readers.size() && covered == region.volume())
+      unheld += bytes * (1 - 1.0 / double(slices));
+  }
+  return Bytes(unheld);
 }
 
 /// Adds (sign +1) or removes (-1) what op `o`'s tiles hold on their
@@ -117,6 +190,8 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     Box tile = c.tile(op.sem, k);
     Box mbTile = microBatchTile(c, op.sem, k, 0, m);
     Bytes kept = keptBytes(g, strategy_, o, mbTile);
+    if (!rc)
+      kept -= unheldSavedBytes(o, k, mbTile);
     // While the backward runs: the kernel's workspace, the output gradients
     // it reads and the input gradients it writes (activations only: graph
     // inputs and weights get none here; weight gradients are accumulated in

@@ -289,11 +289,18 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
           continue;
         Box inter = pb.intersect(cbox[kc]);
         Bytes bytes = inter.volume() * eb;
-        // Forward: every replica of the consumer tile needs the region.
+        // Forward: every replica of the consumer tile needs the region,
+        // from the copy on its own device when there is one, else from the
+        // holder its replica index picks, so that replica i of a group
+        // receives from replica i of the other (Megatron's pipeline sends
+        // pair tensor-parallel rank i with rank i, each on its own NIC)
+        // rather than every replica from the first.
+        int64_t holders = int64_t(members.size()) * prep;
         for (int32_t rc = 0; rc < crep && !fwdGathered[size_t(kc)]; ++rc) {
           DeviceId dst = cc.device(kc, rc);
-          int64_t src = members[0];
-          int32_t srcRep = 0;
+          int64_t h = (kc * crep + rc) % holders;
+          int64_t src = members[size_t(h / prep)];
+          int32_t srcRep = int32_t(h % prep);
           for (int64_t kp : members)
             for (int32_t rp = 0; rp < prep; ++rp)
               if (pc.device(kp, rp) == dst && pc.device(src, srcRep) != dst) {
@@ -315,9 +322,12 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
             int64_t from = kc;
             int32_t srcRep = 0;
             if (summed) {
-              // The reader on dst, else the group's first; only that
-              // reader sends.
-              from = same[0];
+              // The reader on dst, else the one the producer task's index
+              // picks (as forward, so the sends spread over the group's
+              // devices); only that reader sends.
+              int64_t h = (kp * prep + rp) % (int64_t(same.size()) * crep);
+              from = same[size_t(h / crep)];
+              srcRep = int32_t(h % crep);
               for (int64_t t : same)
                 for (int32_t rc = 0; rc < crep; ++rc)
                   if (cc.device(t, rc) == dst && cc.device(from, srcRep) != dst) {
@@ -327,6 +337,7 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
               if (from != kc)
                 continue;
             } else {
+              srcRep = int32_t((kp * prep + rp) % crep);
               for (int32_t rc = 0; rc < crep; ++rc)
                 if (cc.device(kc, rc) == dst)
                   srcRep = rc;

@@ -16,6 +16,10 @@ namespace soap {
 /// Whether an op of `kind` only moves or relabels its input's elements
 /// (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity).
 bool isLayoutKind(llvm::StringRef kind);
+/// The kinds a fused graph runs as views (Op::view): the layout kinds that
+/// keep the element order (all but Transpose, whose copy is priced where
+/// it stands), and Split.
+bool isViewKind(llvm::StringRef kind);
 
 using ValueId = int32_t;
 using OpId = int32_t;
@@ -85,6 +89,15 @@ struct Op {
   /// FP8 (E4M3 operands forward, E5M2 gradients backward, bf16 output),
   /// saving its activation inputs in FP8 (Graph::setPrecision).
   bool fp8 = false;
+  /// An op that runs no kernel of its own (fuseKernels sets it; the eager
+  /// graph has none):
+  ///  - --kernels fused and no-flash: a reshape-like op or a Split, which
+  ///    production stacks run as a view of its input (Megatron's view() of
+  ///    the QKV projection, torch.split; isViewKind);
+  ///  - --kernels fused: a bias added to a GEMM's output that nothing else
+  ///    reads, which Transformer Engine's Linear adds in the GEMM's epilogue
+  ///    (cuBLASLt's BIAS forward, BGRADB with the weight gradient).
+  bool absorbed = false;
 
   bool hasAttr(llvm::StringRef key) const { return attrs.count(key.str()); }
   int64_t getInt(llvm::StringRef key, int64_t dflt) const;

@@ -43,16 +43,27 @@ struct MegatronConfig : WhatIfCommon {
                           ///< model chunks per pipeline rank
   int32_t cp = 1;         ///< --context-parallel-size
   int64_t mbs = 1;        ///< --micro-batch-size
-  bool sp = false;        ///< --sequence-parallel
+  /// --sequence-parallel: given, or by default on where tp > 1 and the
+  /// model has a sequence to split (sequenceParallel). NeMo's recipes set
+  /// it with tensor parallelism (gpt3_175b_hydra.yaml, the Llama 3.1
+  /// recipes); Megatron-LM's own flag defaults off, which sp=0 asks for.
+  std::optional<bool> sp;
   bool distopt = false;   ///< --use-distributed-optimizer (ZeRO-1)
   /// --tp-comm-overlap: given, or by default on with sequence parallelism
   /// (NeMo's published recipes; GradSync::tpCommOverlap).
   std::optional<bool> tpCommOverlap;
   /// 1f1b (interleaved when vp > 1), zb-h1 or gpipe.
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  /// The gradient synchronisation these settings give.
+  /// Whether these settings run sequence parallelism on `g`: sp as given,
+  /// else tp > 1 and `g` has a sequence (an attention to find it by).
+  bool sequenceParallel(const Graph &g) const;
+  /// These settings with sp resolved on `g` (sequenceParallel).
+  MegatronConfig resolved(const Graph &g) const;
+  /// The gradient synchronisation these settings give (sp unset counts as
+  /// off: call it on resolved settings).
   GradSync gradSync() const;
-  /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1", and
+  /// "tp=4,pp=8,vp=1,cp=1,mbs=1,sp=0,recompute=selective,distopt=1" (sp
+  /// left out while unresolved), and
   /// ",schedule=S" when not 1f1b, and the gradient synchronisation's and
   /// tp_comm_overlap's keys when given.
   std::string str() const;

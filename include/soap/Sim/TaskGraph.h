@@ -593,6 +593,23 @@ private:
 
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);
+  /// What keptBytes counts for op `o`'s tile `k` (micro-batch tile
+  /// `mbTile`) that its device does not hold for it (addOpMemory):
+  ///  - a saved input that a lower op (whose backward runs later) with o's
+  ///    configuration saves too: autograd saves the one tensor once (the
+  ///    LayerNorm's output that Llama's separate q, k and v projections, or
+  ///    its gate and up projections, all read);
+  ///  - of a saved input all-gathered from sequence-parallel slices
+  ///    (TaskGraph::edgePlan's EdgeGather: the slices of one producer, each
+  ///    on one of the devices reading the region), all but the device's
+  ///    slice: Megatron-LM saves its slice and gathers the input again in
+  ///    backward (Korthikanti et al. 2022, section 4.2.2), a gather the task
+  ///    graph does not add (under tp_comm_overlap it runs beside the
+  ///    backward-data GEMM).
+  Bytes unheldSavedBytes(OpId o, int64_t k, const Box &mbTile) const;
+  /// Per op, the other ops whose addOpMemory reads its configuration: the
+  /// readers of its outputs and the ops saving an input it saves.
+  std::vector<std::vector<OpId>> memoryReaders_;
   std::vector<DeviceMemory> mem_;
   /// What each weight's segment added to mem_, per device.
   std::map<ValueId, std::vector<std::pair<DeviceId, DeviceMemory>>> weightMem_;

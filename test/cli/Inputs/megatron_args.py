@@ -23,9 +23,12 @@ def what_if_keys(plan):
     keys = {"tp": "1", "pp": "1", "vp": "1", "cp": "1", "mbs": "1", "sp": "0",
             "recompute": "none", "distopt": "0", "schedule": "1f1b",
             "overlap_grad_reduce": "1"}
-    for item in searcher[len(prefix):].split(","):
-        key, value = item.split("=")
-        keys[key] = value
+    given = dict(item.split("=") for item in searcher[len(prefix):].split(","))
+    keys.update(given)
+    # sp left out: on with tensor parallelism (the models here all have a
+    # sequence), as soapc's what-if resolves it.
+    if "sp" not in given:
+        keys["sp"] = "1" if int(keys["tp"]) > 1 else "0"
     return keys
 
 

@@ -81,7 +81,7 @@ TEST_CASE("a what-if's keys come back from its op configurations", "[Emit]") {
     CHECK(l->pp == k->pp);
     CHECK(l->vp == k->vp);
     CHECK(l->cp == k->cp);
-    CHECK(l->sp == k->sp);
+    CHECK(l->sp == k->sequenceParallel(*g));
     CHECK(l->microBatchSize == k->mbs);
     CHECK(l->recompute == k->recompute);
     CHECK(l->zero == (k->distopt ? 1 : 0));

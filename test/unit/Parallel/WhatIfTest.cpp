@@ -62,7 +62,7 @@ TEST_CASE("what-if gradient synchronisation keys", "[Parallel][whatif]") {
   if (!c)
     FAIL(errorMessage(c.takeError()));
   CHECK(c->gradSync() == GradSync());
-  CHECK(c->str() == "tp=4,pp=1,vp=1,cp=1,mbs=1,sp=0,recompute=none,distopt=1");
+  CHECK(c->str() == "tp=4,pp=1,vp=1,cp=1,mbs=1,recompute=none,distopt=1");
   c = parseMegatronConfig("tp=4,distopt=0");
   REQUIRE(bool(c));
   CHECK(c->gradSync().overlapGradReduce);
@@ -74,7 +74,7 @@ TEST_CASE("what-if gradient synchronisation keys", "[Parallel][whatif]") {
   CHECK_FALSE(c->gradSync().overlapGradReduce);
   CHECK_FALSE(c->gradSync().overlapParamGather);
   CHECK(c->gradSync().bucketParams == 1000);
-  CHECK(c->str() == "tp=1,pp=1,vp=1,cp=1,mbs=1,sp=0,recompute=none,distopt=1,"
+  CHECK(c->str() == "tp=1,pp=1,vp=1,cp=1,mbs=1,recompute=none,distopt=1,"
                     "overlap_grad_reduce=0,overlap_param_gather=0,"
                     "bucket_size=1000");
   auto g = fusedGpt2(16);
@@ -102,11 +102,11 @@ TEST_CASE("what-if gradient synchronisation keys", "[Parallel][whatif]") {
   CHECK_FALSE(c->gradSync().tpCommOverlap);
   CHECK(c->str() == "tp=4,pp=1,vp=1,cp=1,mbs=1,sp=1,recompute=none,distopt=0,"
                     "tp_comm_overlap=0");
-  CHECK_FALSE(parseMegatronConfig("tp=4")->gradSync().tpCommOverlap);
+  CHECK_FALSE(parseMegatronConfig("tp=4,sp=0")->gradSync().tpCommOverlap);
   s = whatIfStrategy("megatron:tp=4,sp=1", *g, topo);
   REQUIRE(bool(s));
   CHECK(s->gradSync.tpCommOverlap);
-  CHECK(errorOf("megatron:tp=4,tp_comm_overlap=1", *g, topo) ==
+  CHECK(errorOf("megatron:tp=4,sp=0,tp_comm_overlap=1", *g, topo) ==
         "--strategy megatron: tp_comm_overlap=1 needs sequence parallelism "
         "(sp=1)");
   CHECK(errorOf("megatron:tp=4,sp=1,tp_comm_overlap=2", *g, topo) ==
@@ -181,7 +181,7 @@ TEST_CASE("megatron what-if with context parallelism",
           "[Parallel][whatif]") {
   auto g = fusedGpt2(16);
   Topology topo = exampleTopology("dgx-h100-2");
-  auto s = whatIfStrategy("megatron:tp=2,cp=2,mbs=1", *g, topo);
+  auto s = whatIfStrategy("megatron:tp=2,cp=2,mbs=1,sp=0", *g, topo);
   if (!s)
     FAIL(errorMessage(s.takeError()));
   // 16 devices: tp 2 x cp 2 x dp 4, in Megatron's rank order (tp fastest,
@@ -271,7 +271,7 @@ TEST_CASE("megatron what-if refuses what it cannot build",
 TEST_CASE("megatron what-if with sequence parallelism", "[Parallel][whatif]") {
   auto g = fusedGpt2(16);
   Topology topo = exampleTopology("dgx-h100-2");
-  auto s0 = whatIfStrategy("megatron:tp=4,pp=2,mbs=1", *g, topo);
+  auto s0 = whatIfStrategy("megatron:tp=4,pp=2,mbs=1,sp=0", *g, topo);
   auto s1 = whatIfStrategy("megatron:tp=4,pp=2,mbs=1,sp=1", *g, topo);
   if (!s0 || !s1)
     FAIL("megatron what-if");
@@ -303,6 +303,24 @@ TEST_CASE("megatron what-if with sequence parallelism", "[Parallel][whatif]") {
   auto mlp = zooModel("mlp", 16);
   CHECK(errorOf("megatron:tp=2,sp=1", *mlp, topo).find("needs a sequence") !=
         std::string::npos);
+
+  // sp left out: on with tensor parallelism where there is a sequence
+  // (NeMo's recipes), off at tp 1 and where there is none.
+  auto dflt = whatIfStrategy("megatron:tp=4,pp=2,mbs=1", *g, topo);
+  REQUIRE(bool(dflt));
+  CHECK(dflt->configs == s1->configs);
+  CHECK(dflt->gradSync.tpCommOverlap);
+  auto k = parseMegatronConfig("tp=4,pp=2,mbs=1");
+  REQUIRE(bool(k));
+  CHECK_FALSE(k->sp.has_value());
+  CHECK(k->sequenceParallel(*g));
+  CHECK_FALSE(k->sequenceParallel(*mlp));
+  CHECK(k->resolved(*g).str() ==
+        "tp=4,pp=2,vp=1,cp=1,mbs=1,sp=1,recompute=none,distopt=0");
+  CHECK_FALSE(parseMegatronConfig("tp=1")->sequenceParallel(*g));
+  auto mlpTp = whatIfStrategy("megatron:tp=2", *mlp, topo);
+  REQUIRE(bool(mlpTp));
+  CHECK_FALSE(mlpTp->gradSync.tpCommOverlap);
 }
 
 TEST_CASE("megatron what-if with sequence parallelism inside context "
@@ -313,7 +331,7 @@ TEST_CASE("megatron what-if with sequence parallelism inside context "
   // tensor-parallel ranks; the GEMMs are split on the sequence by cp only.
   auto g = fusedGpt2(16);
   Topology topo = exampleTopology("dgx-h100-2");
-  auto cp = whatIfStrategy("megatron:tp=2,cp=2,mbs=1", *g, topo);
+  auto cp = whatIfStrategy("megatron:tp=2,cp=2,mbs=1,sp=0", *g, topo);
   auto spcp = whatIfStrategy("megatron:tp=2,cp=2,mbs=1,sp=1", *g, topo);
   if (!cp)
     FAIL(errorMessage(cp.takeError()));

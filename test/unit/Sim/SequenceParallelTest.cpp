@@ -8,6 +8,7 @@
 
 #include "soap/Parallel/Megatron.h"
 #include "soap/Support/Rng.h"
+#include <set>
 
 using namespace soap;
 using namespace soap::test;
@@ -87,11 +88,27 @@ TEST_CASE("sequence parallelism reduce-scatters, all-gathers and holds 1/t",
     halved += a - b;
   }
   CHECK(halved == 4 * region / 2 + 3 * (region / 4) / 2);
+  // The GEMMs reading what SP splits gather it whole, and keep (as
+  // Megatron-LM does) only the device's half of it for their backward:
+  // once per value, however many GEMMs read it (query, key and value share
+  // one tensor).
+  std::set<ValueId> gathered;
+  for (const Op &op : g.ops()) {
+    if (op.kind != "MatMul" || s0.configs[size_t(op.id)] != s1.configs[size_t(op.id)])
+      continue;
+    OpId p = g.value(op.input(0)).producer;
+    if (p >= 0 && s0.configs[size_t(p)] != s1.configs[size_t(p)])
+      gathered.insert(op.input(0));
+  }
+  // The embedding's dropout (read by query, key and value), ln1 (ffn_in)
+  // and ln2 (the head's dense layer).
+  CHECK(gathered.size() == 3);
   auto g0 = TaskGraph::build(f.ctx, s0), g1 = TaskGraph::build(f.ctx, s1);
   if (!g0 || !g1)
     FAIL("build");
   for (DeviceId d = 0; d < 8; ++d)
-    CHECK(g0->memory()[d].saved - g1->memory()[d].saved == halved);
+    CHECK(g0->memory()[d].saved - g1->memory()[d].saved ==
+          halved + Bytes(gathered.size()) * region / 2);
 
   // The row-parallel GEMM's partial sums: all-reduced without SP, each
   // device's half of the sequence reduce-scattered with it; the same 2,048
@@ -238,4 +255,71 @@ TEST_CASE("delta simulation equals full simulation as sums change kind",
                                                      : s1.configs[size_t(o)];
     f.checkDelta(sim, *tg, s, o, c, rng.uniform(3) == 0);
   }
+}
+
+TEST_CASE("a tensor several ops save is held once; a delta that changes "
+          "its readers stays exact",
+          "[Sim][sp]") {
+  // The small BERT's query, key and value GEMMs all save the embedding
+  // dropout's output, which autograd holds once; so are the inputs its
+  // GELU's element-wise ops share.
+  Fixture f("transformer_small", 64, "dgx-h100-1");
+  const Graph &g = *f.g;
+  Strategy s = megatron(f, 2, 1, false);
+  OpId q = g.findOp("/layers.0/attn/query/MatMul"),
+       k = g.findOp("/layers.0/attn/key/MatMul"),
+       v = g.findOp("/layers.0/attn/value/MatMul");
+  REQUIRE(s.configs[size_t(k)] == s.configs[size_t(q)]);
+  REQUIRE(s.configs[size_t(v)] == s.configs[size_t(q)]);
+  auto tg = TaskGraph::build(f.ctx, s);
+  if (!tg)
+    FAIL("build");
+  // What device 0's tiles save, each (tensor, region) once.
+  auto heldOnce = [&](const Strategy &st) {
+    int32_t m = st.pipeline.microBatches;
+    std::set<std::pair<ValueId, std::vector<int64_t>>> seen;
+    double bytes = 0;
+    int dropped = 0;
+    for (const Op &op : g.ops()) {
+      const OpConfig &c = st.configs[size_t(op.id)];
+      for (int64_t t = 0; t < c.numTiles(); ++t) {
+        if (c.device(t, 0) != 0)
+          continue;
+        Box tile = microBatchTile(c, op.sem, t, 0, m);
+        bytes += double(op.sem.savedBytes(tile, {}, {}));
+        for (const SavedOperand &so : op.sem.saved) {
+          if (so.isOutput)
+            continue;
+          Box r = op.sem.inputRegion(so.index, tile);
+          std::vector<int64_t> key = r.lo;
+          key.insert(key.end(), r.hi.begin(), r.hi.end());
+          if (!seen.insert({op.input(size_t(so.index)), key}).second) {
+            ++dropped;
+            bytes -= double(r.volume()) * so.bytesPerElement;
+          }
+        }
+      }
+    }
+    return std::pair<Bytes, int>(Bytes(bytes), dropped);
+  };
+  auto [once, dropped] = heldOnce(s);
+  CHECK(dropped >= 2); // the key's and the value's copies at least
+  CHECK(tg->memory()[0].saved == once);
+
+  // Split the query apart from the others: it no longer shares their
+  // tensor, and a delta to it gives what a fresh build gives.
+  Strategy moved = s;
+  OpConfig c = s.configs[size_t(q)];
+  std::reverse(c.devices.begin(), c.devices.end());
+  moved.configs[size_t(q)] = c;
+  auto fresh = TaskGraph::build(f.ctx, moved);
+  if (!fresh)
+    FAIL("build");
+  std::vector<TaskId> changed;
+  std::vector<Seconds> removedReady;
+  if (auto err = tg->changeConfig(q, c, changed, removedReady))
+    FAIL(errorMessage(std::move(err)));
+  for (DeviceId d = 0; d < 8; ++d)
+    CHECK(tg->memory()[d].saved == fresh->memory()[d].saved);
+  CHECK(fresh->memory()[0].saved > once);
 }

@@ -58,7 +58,7 @@ static constexpr double kNcclShareNvlink = 0.15, kNcclShareNetwork = 0.02;
 // 'Predictable' Data", 2024: 15% on an A100 from the data alone).
 // soap-profile can measure it on a lent H100 (randn operands, seconds
 // long), which would replace this fit.
-static constexpr double kHopperSustained = 0.71;
+static constexpr double kHopperSustained = 0.69;
 
 static const DeviceSpec kCatalog[] = {
     // NVIDIA Tesla K80 datasheet: per board (two GK210 dies) 8.73 TFLOP/s

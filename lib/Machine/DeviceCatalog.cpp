@@ -48,9 +48,9 @@ static constexpr double kNcclShareNvlink = 0.15, kNcclShareNetwork = 0.02;
 // DeviceSpec::sustainedTensorRatio). Fitted, the one constant fitted to a
 // Hopper training run: bench/published.py's calibration row nemo-175b-128
 // (NeMo GPT-3 175B on 128 H100, 8.91 s, its tensor-parallel communication
-// overlapped with the GEMMs), with every other NeMo row held out (8.855 s
-// predicted at 0.71, 8.968 s at 0.70; 0.705 would give 8.91: two digits
-// are what one row supports). The profile's GEMMs run on operands in
+// overlapped with the GEMMs), with every other NeMo row held out (8.918 s
+// predicted at 0.69, 8.688 s at 0.71: two digits are what one row
+// supports). The profile's GEMMs run on operands in
 // [0.5, 1.5) for 25 repeats
 // of a few milliseconds; a training step's GEMMs take normally distributed
 // operands at the 700 W power limit, which lowers the SM clock (Horace He,

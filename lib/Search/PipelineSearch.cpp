@@ -3,7 +3,8 @@
 // devices, at most max(8, nodes)) the devices form p equal groups of
 // consecutive ids; for each intra-stage plan of such a group (SOYBEAN's k-cuts
 // tiling on log2(group) cuts, and Megatron's tensor x data split for every
-// tensor degree that fits a node) the op sequence is cut into p contiguous
+// tensor degree that fits a node, with and without sequence parallelism)
+// the op sequence is cut into p contiguous
 // stages that minimise Alpa's pipeline latency, the sum of the stage times plus
 // (m - 1) times the slowest: the sum is fixed, so this is the linear partition
 // that minimises the slowest stage, from each op's cost under that plan. Each
@@ -31,6 +32,9 @@ namespace {
 struct IntraPlan {
   std::string name;
   std::vector<OpConfig> configs; ///< on devices 0 .. group - 1
+  /// Megatron's sequence parallelism: its collectives overlapped with the
+  /// GEMMs, as NeMo's recipes run it (GradSync::tpCommOverlap).
+  bool sequence = false;
 };
 
 /// Cuts ops 0..n-1 into `p` contiguous, non-empty stages whose slowest is
@@ -113,15 +117,26 @@ std::vector<IntraPlan> intraPlans(const SearchProblem &p, size_t group,
     ++k;
   kcuts::KCutsPlan kp = kcuts::kCuts(p.graph, k);
   plans.push_back({"kcuts", kcuts::toStrategy(p.graph, kp).configs});
+  std::vector<int> seq = sequenceLoops(p.graph);
+  bool hasSequence =
+      std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
   for (int32_t t = 1; size_t(t) <= group && t <= perNode; t *= 2) {
-    IntraPlan m{fmt::format("megatron t={}", t),
-                megatronGroupConfigs(p.graph, t, int64_t(group) / t)};
-    // k-cuts often is data parallelism, which is Megatron's t = 1.
-    bool seen = false;
-    for (const IntraPlan &q : plans)
-      seen |= q.configs == m.configs;
-    if (!seen)
-      plans.push_back(std::move(m));
+    // Tensor parallelism with and without sequence parallelism, as a
+    // Megatron user tunes it.
+    for (bool sequence : {false, true}) {
+      if (sequence && (t < 2 || !hasSequence))
+        continue;
+      IntraPlan m{fmt::format("megatron t={}{}", t, sequence ? " sp" : ""),
+                  megatronGroupConfigs(p.graph, t, int64_t(group) / t,
+                                       sequence),
+                  sequence};
+      // k-cuts often is data parallelism, which is Megatron's t = 1.
+      bool seen = false;
+      for (const IntraPlan &q : plans)
+        seen |= q.configs == m.configs;
+      if (!seen)
+        plans.push_back(std::move(m));
+    }
   }
   return plans;
 }
@@ -223,6 +238,7 @@ public:
         // m from the stage count up (1F1B's bubble shrinks as m grows).
         Strategy s;
         s.configs = plan.configs;
+        s.gradSync.tpCommOverlap = plan.sequence;
         s.pipeline.microBatches = stages;
         s.pipeline.schedule = PipelineSchedule::OneFOneB;
         if (stages > 1) {
@@ -283,7 +299,8 @@ public:
 void registerPipelineSearcher(SearcherRegistry &r) {
   r.add({"pipeline",
          "Alpa's inter-op pass: stage counts x intra-stage plans (k-cuts, "
-         "Megatron tensor x data), stages cut to minimise the slowest, "
+         "Megatron tensor x data, with and without sequence parallelism), "
+         "stages cut to minimise the slowest, "
          "micro-batches from p doubled while they pay, 1F1B, ZeRO and "
          "recomputation where it does not fit, then zb-h1 and interleaving "
          "on the two fastest; the fastest that fits",

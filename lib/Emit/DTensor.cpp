@@ -277,36 +277,71 @@ llvm::Expected<Emitted> emitDTensor(const EmitContext &c) {
   // gradient taken back; the loss made whole. The weight gradients
   // (above) are synchronised once a step.
   std::map<std::string, int64_t> perMicro;
-  // Per value, the gradient that consumers reading it as produced add up
-  // (no redistribution of theirs to take back), reduced where it reaches
-  // its producer: partial on a mesh dimension where any of them is.
-  std::map<ValueId, Placements> merged;
-  for (const Op &op : g.ops()) {
+  auto readsGrad = [&](const Op &op, size_t i) {
+    ValueId v = op.inputs[i];
+    return g.value(v).needsGrad && g.value(v).kind == ValueKind::Activation;
+  };
+  // The inputs each op takes from a producer: once per value and
+  // placement (the runtime redistributes a value once per op).
+  auto takes = [&](const Op &op, auto f) {
     const OpPlacement &p = l.ops[size_t(op.id)];
-    std::map<std::pair<ValueId, Placements>, bool> seen;
+    std::set<std::pair<ValueId, Placements>> seen;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       ValueId v = op.inputs[i];
       auto src = produced.find(v);
       if (v == kNoValue || src == produced.end() || p.inputs[i].empty() ||
-          !seen.emplace(std::make_pair(v, p.inputs[i]), true).second)
+          !seen.emplace(v, p.inputs[i]).second)
         continue;
-      bool grad =
-          g.value(v).needsGrad && g.value(v).kind == ValueKind::Activation;
-      if (src->second == p.inputs[i]) {
-        if (!grad)
-          continue;
-        Placements gp = gradPlacements(op, p, i);
-        auto [it, fresh] = merged.emplace(v, gp);
-        for (size_t j = 0; !fresh && j < gp.size(); ++j)
-          if (gp[j] == "P")
-            it->second[j] = "P";
-        continue;
-      }
-      countRedistribute(src->second, p.inputs[i], perMicro);
-      if (grad)
-        countRedistribute(gradPlacements(op, p, i), gradTarget(src->second),
-                          perMicro);
+      f(i, src->second);
     }
+  };
+  for (const Op &op : g.ops())
+    takes(op, [&](size_t i, const Placements &src) {
+      const Placements &want = l.ops[size_t(op.id)].inputs[i];
+      if (src != want)
+        countRedistribute(src, want, perMicro);
+    });
+  // The backward, consumers before producers. Per value, the gradient
+  // that consumers reading it as produced add up (no redistribution of
+  // theirs to take back), reduced where it reaches its producer: partial
+  // on a mesh dimension where any of them is. A layout op (Reshape,
+  // Transpose, ...) passes a partial gradient on to its input unreduced,
+  // as DTensor's view rules keep Partial(): it is reduced where that
+  // input's own redistribution is taken back (an LM head's input gradient
+  // reduce-scattered to the sequence-parallel LayerNorm before it).
+  std::map<ValueId, Placements> merged;
+  for (auto it = g.ops().rbegin(); it != g.ops().rend(); ++it) {
+    const Op &op = *it;
+    const OpPlacement &p = l.ops[size_t(op.id)];
+    Placements carried(l.mesh.size(), "R");
+    if (isLayoutKind(op.kind) && op.outputs.size() == 1 &&
+        op.inputs.size() >= 1 && op.inputs[0] != kNoValue && readsGrad(op, 0)) {
+      auto m = merged.find(op.outputs[0]);
+      if (m != merged.end()) {
+        Placements home = gradTarget(produced[op.outputs[0]]);
+        for (size_t j = 0; j < carried.size(); ++j)
+          if (m->second[j] == "P") {
+            carried[j] = "P";
+            m->second[j] = home[j]; // not reduced here
+          }
+      }
+    }
+    takes(op, [&](size_t i, const Placements &src) {
+      if (!readsGrad(op, i))
+        return;
+      Placements gp = gradPlacements(op, p, i);
+      for (size_t j = 0; j < gp.size(); ++j)
+        if (carried[j] == "P" && i == 0)
+          gp[j] = "P";
+      if (src != p.inputs[i]) {
+        countRedistribute(gp, gradTarget(src), perMicro);
+        return;
+      }
+      auto [m, fresh] = merged.emplace(op.inputs[i], gp);
+      for (size_t j = 0; !fresh && j < gp.size(); ++j)
+        if (gp[j] == "P")
+          m->second[j] = "P";
+    });
   }
   for (const auto &[v, gp] : merged)
     countRedistribute(gp, gradTarget(produced[v]), perMicro);

@@ -103,6 +103,21 @@ OperandPlacement operandPlacement(const TensorMap &m,
   return r;
 }
 
+/// Whether loop `l` of `op` is the rows of an embedding table: a Gather of
+/// a [rows, width] table along axis 0 by a tensor of ids. Split, it is
+/// Megatron-LM's vocabulary-parallel embedding, which the runtime computes
+/// as a masked lookup into the local rows whose output is a partial sum
+/// (dtensor_runtime.py, vocab_parallel_embedding).
+bool isTableRowLoop(const Op &op, int l) {
+  if (op.kind != "Gather" || op.sem.inputs.size() < 2 ||
+      op.sem.inputs[1].dims.empty() || op.sem.inputs[0].dims.size() != 2)
+    return false;
+  for (const IndexTerm &t : op.sem.inputs[0].dims[0].terms)
+    if (t.loop == l && t.coeff != 0)
+      return true;
+  return false;
+}
+
 /// Why DTensor has no sharding rule that computes `op` split along loop
 /// `l` as the plan does; empty where it has one.
 std::string unsupportedSplit(const Op &op, int l) {
@@ -130,7 +145,7 @@ std::string unsupportedSplit(const Op &op, int l) {
   for (int r : op.sem.reducedLoops(0))
     reduced |= r == l;
   bool contraction = op.kind == "MatMul" || op.kind == "Gemm";
-  if (reduced && !contraction && !loss)
+  if (reduced && !contraction && !loss && !isTableRowLoop(op, l))
     return fmt::format("DTensor has no rule that leaves {}'s output as "
                        "partial sums (loop '{}' reduced)",
                        op.kind, loop.name);
@@ -216,6 +231,31 @@ OpPlacement placeOp(const Op &op, const std::vector<int64_t> &mesh,
       if (!r.empty())
         drop(a[j], r);
     }
+  // soapc splits a padded vocabulary (plans.md, vocab_padding) into
+  // ceil-sized tiles, the last shorter; the layout here, and the
+  // collectives it predicts, take DTensor's shards to be equal.
+  for (size_t j = 0; j < a.size(); ++j) {
+    int l = a[j];
+    if (l < 0)
+      continue;
+    int64_t ways = 1;
+    for (size_t k = 0; k < a.size(); ++k)
+      if (a[k] == l)
+        ways *= mesh[k];
+    int64_t size = op.sem.loops[size_t(l)].size;
+    if (size % ways == 0)
+      continue;
+    drop(l, isTableRowLoop(op, l)
+                ? fmt::format("its table's {} rows split {} ways leave a "
+                              "shorter last shard (a padded vocabulary); the "
+                              "DTensor target splits a vocabulary-parallel "
+                              "embedding only evenly",
+                              size, ways)
+                : fmt::format("loop '{}' ({}) splits {} ways with a shorter "
+                              "last tile (a padded vocabulary); the DTensor "
+                              "target splits only evenly",
+                              op.sem.loops[size_t(l)].name, size, ways));
+  }
   int64_t n = std::accumulate(mesh.begin(), mesh.end(), int64_t(1),
                               std::multiplies<>());
   for (;;) {

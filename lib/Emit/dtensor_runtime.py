@@ -494,6 +494,29 @@ def op_reshape(rt, n, a, step, micro):
     return [x.reshape(shape)]
 
 
+def op_matmul(rt, n, a, step, micro):
+    x, y = lift(rt, a)
+    # A batched product (attention's scores and context) whose operands
+    # split their batch dims alike runs on each rank's part: DTensor's
+    # matmul flattens the batch dims into one for bmm, and where two mesh
+    # dims split two of them (a [2, 2] mesh: batch and heads) it gathers
+    # one of them first.
+    if isinstance(x, DTensor) and isinstance(y, DTensor) and \
+            x.ndim == y.ndim and x.ndim > 3 and \
+            tuple(x.placements) == tuple(y.placements) and \
+            all(isinstance(p, Replicate) or
+                (isinstance(p, Shard) and p.dim < x.ndim - 2)
+                for p in x.placements) and \
+            list(x.shape[:-2]) == list(y.shape[:-2]):
+        z = torch.matmul(x.to_local(), y.to_local())
+        shape = list(x.shape[:-1]) + [y.shape[-1]]
+        stride = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        return [DTensor.from_local(z, rt.mesh, x.placements, run_check=False,
+                                   shape=torch.Size(shape),
+                                   stride=tuple(stride))]
+    return [torch.matmul(x, y)]
+
+
 def op_gemm(rt, n, a, step, micro):
     x, w = a[0], a[1]
     c = a[2] if len(a) > 2 else None
@@ -611,11 +634,52 @@ def op_gather(rt, n, a, step, micro):
     if isinstance(data, DTensor) and axis == 0 and data.ndim == 2:
         if not isinstance(idx, DTensor):
             idx = rt.dtensor(idx)
+        if any(isinstance(p, Shard) and p.dim == 0 for p in data.placements):
+            return [vocab_parallel_embedding(rt, idx, data)]
         return [F.embedding(idx, data)]
     idx = torch.as_tensor(ints(idx) if idx.ndim else int(idx.item()))
     return [torch.index_select(data, axis, idx.reshape(-1)).reshape(
         list(data.shape[:axis]) + list(idx.shape) +
         list(data.shape[axis + 1:]))]
+
+
+def vocab_parallel_embedding(rt, idx, table):
+    """Megatron-LM's VocabParallelEmbedding: a table split by rows (Shard(0)
+    on some mesh dims), each rank looking up the ids in its rows (the others
+    read row 0 and are zeroed), the lookups partial sums (Partial()) on those
+    mesh dims, which the consumers' placements reduce (all-reduce, or
+    reduce-scatter along the sequence). A mesh dim that splits the ids
+    splits the output alike (the table's gradient then a partial sum there);
+    one that splits the table's columns splits the output's last dim."""
+    from torch.distributed.tensor._utils import \
+        compute_local_shape_and_global_offset
+    # The ids whole on the mesh dims that split the rows: each rank of a
+    # group looks up every id of its part of the batch.
+    want = [Replicate() if isinstance(t, Shard) and t.dim == 0 else p
+            for t, p in zip(table.placements, idx.placements)]
+    if tuple(want) != tuple(idx.placements):
+        idx = idx.redistribute(rt.mesh, want)
+    out_pl, grad_pl = [], []
+    for t, p in zip(table.placements, idx.placements):
+        if isinstance(t, Shard):
+            out_pl.append(Partial() if t.dim == 0 else Shard(idx.ndim))
+            grad_pl.append(t)
+        else:  # a replicated table: the ids' split, their partial gradient
+            out_pl.append(p)
+            grad_pl.append(Partial() if isinstance(p, Shard) else t)
+    rows, offset = compute_local_shape_and_global_offset(
+        table.shape, rt.mesh, table.placements)
+    lo, hi = offset[0], offset[0] + rows[0]
+    local = table.to_local(grad_placements=grad_pl)
+    ids = idx.to_local()
+    outside = (ids < lo) | (ids >= hi)
+    y = F.embedding(torch.where(outside, torch.zeros_like(ids), ids - lo),
+                    local)
+    y = y.masked_fill(outside.unsqueeze(-1), 0.0)
+    shape = list(idx.shape) + [table.shape[1]]
+    stride = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    return DTensor.from_local(y, rt.mesh, out_pl, run_check=False,
+                              shape=torch.Size(shape), stride=tuple(stride))
 
 
 def op_split(rt, n, a, step, micro):
@@ -751,7 +815,7 @@ def op_expand(rt, n, a, step, micro):
 OPS = {
     "Add": binary(torch.add), "Sub": binary(torch.sub),
     "Mul": binary(torch.mul), "Div": binary(torch.div),
-    "MatMul": binary(torch.matmul), "Equal": binary(torch.eq),
+    "MatMul": op_matmul, "Equal": binary(torch.eq),
     "Relu": unary(torch.relu), "Erf": unary(torch.erf),
     "Tanh": unary(torch.tanh), "Sigmoid": unary(torch.sigmoid),
     "Sqrt": unary(torch.sqrt), "Neg": unary(torch.neg),
@@ -1176,6 +1240,13 @@ def main(argv=None):
                     "%s %d" % (k, counted.counts[k])
                     for k in Collectives.KINDS)))
                 want = PLAN["collectives"]
+                if want is not None and rt.mesh.device_type == "cpu":
+                    # DTensor runs an all-to-all on a CPU mesh (Gloo has
+                    # none) as an all-gather and a local chunk
+                    # (shard_dim_alltoall in torch.distributed.tensor).
+                    want = dict(want)
+                    want["all_gather"] += want["all_to_all"]
+                    want["all_to_all"] = 0
                 if rt.world == 1:
                     pass
                 elif want is None:

@@ -401,6 +401,52 @@ public:
       else
         llvm::consumeError(piped.takeError());
     }
+    // Megatron's own starts on a transformer: tensor parallelism over half
+    // and over all of a node, sequence parallel, one pipeline stage per
+    // node (the most stages up to the nodes that divide the layers), the
+    // distributed optimizer, 1F1B over 4 micro-batches a stage (the
+    // megatron baseline's shape), for the chain to refine. Placed right after
+    // data parallelism, so that a time budget reaches them. Their
+    // vocabulary is padded as Megatron-LM pads it (Strategy::vocabPadding,
+    // as the megatron baseline's), so the LM head splits over the tensor
+    // group at any degree; the chain keeps the padding. megatronStart: per start,
+    // whether it is one of these (its memory ladder below).
+    std::vector<uint8_t> megatronStart(initial.size(), 0);
+    std::vector<OpId> layerStarts = transformerLayerStarts(g);
+    if (!layerStarts.empty()) {
+      int64_t layers = int64_t(layerStarts.size());
+      int32_t perNode = int32_t(p.topo.devicesPerNode());
+      int32_t stages = 1;
+      while (size_t(stages) * 2 <= nodes && layers % (int64_t(stages) * 2) == 0)
+        stages *= 2;
+      std::vector<int> seq = sequenceLoops(g);
+      bool sequence =
+          std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+      size_t at = 1;
+      for (int32_t t : {perNode / 2, perNode}) {
+        if (t < 2)
+          continue;
+        auto built =
+            megatronStrategy(g, p.topo, MegatronShape{t, stages, 0, sequence});
+        if (!built) {
+          llvm::consumeError(built.takeError());
+          continue;
+        }
+        Strategy s = std::move(*built);
+        MemorySaving{1, MemorySaving::None}.apply(g, s);
+        if (llvm::Error err = verifyStrategy(s, g, p.topo)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
+        spdlog::info("mcmc: Megatron's start: tensor {}{} x pipeline {}, "
+                     "{} micro-batches, ZeRO-1",
+                     t, sequence ? " (sequence parallel)" : "", stages,
+                     s.pipeline.microBatches);
+        megatronStart.insert(megatronStart.begin() + std::ptrdiff_t(at), 1);
+        initial.insert(initial.begin() + std::ptrdiff_t(at++), std::move(s));
+        ++balancedAt;
+      }
+    }
     // Each candidate simulated once. The candidates that fit first, fastest
     // first: past the deadline only the first job runs, and it should start
     // from the best (on a model that data parallelism cannot hold, a
@@ -476,10 +522,25 @@ public:
               MemorySaving{0, R::Selective}, MemorySaving{0, R::Full}}) {
           Strategy r = initial[0];
           m.apply(g, r);
+          megatronStart.insert(megatronStart.begin() + std::ptrdiff_t(at), 0);
           initial.insert(initial.begin() + std::ptrdiff_t(at++), std::move(r));
           ++balancedAt;
         }
         accumulate = true;
+      }
+      // One of Megatron's starts that does not fit: next, with selective
+      // and then full recomputation (its distributed optimizer kept).
+      if (megatronStart[c] && !fits) {
+        using R = MemorySaving::Recompute;
+        size_t at = c + 1;
+        for (R r : {R::Selective, R::Full}) {
+          Strategy m = initial[c];
+          MemorySaving{1, r, r == R::Selective}.apply(g, m);
+          megatronStart.insert(megatronStart.begin() + std::ptrdiff_t(at), 0);
+          initial.insert(initial.begin() + std::ptrdiff_t(at++), std::move(m));
+          if (balancedAt > c)
+            ++balancedAt;
+        }
       }
     }
     // Last, gradient accumulation on data parallelism that does not fit:
@@ -502,6 +563,7 @@ public:
                        (*fit)->first * 1e3);
           rank.push_back({{false, (*fit)->first}, initial.size()});
           initial.push_back(std::move(acc));
+          megatronStart.push_back(0);
         }
       }
     }

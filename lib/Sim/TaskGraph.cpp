@@ -4,6 +4,7 @@
 #include "soap/Sim/TaskGraph.h"
 #include "TaskGraphDetail.h"
 
+#include "soap/Parallel/Megatron.h"
 #include "soap/Support/Error.h"
 #include <algorithm>
 
@@ -376,8 +377,15 @@ llvm::Error TaskGraph::changeConfig(OpId o, const OpConfig &c,
                                     std::optional<WeightGradOrder> order) {
   restoredAfterBreak_ = false;
   const Op &op = ctx_->graph.op(o);
+  // A padded vocabulary's loops may split unevenly (verifyStrategy).
+  int uneven = -1;
+  if (strategy_.vocabPadding > 0) {
+    if (!vocabLoops_)
+      vocabLoops_ = vocabularyLoops(ctx_->graph);
+    uneven = (*vocabLoops_)[size_t(o)];
+  }
   if (auto err = verifyConfig(c, op.sem, ctx_->topo.numDevices(),
-                              ctx_->graph.where(o)))
+                              ctx_->graph.where(o), uneven))
     return err;
   if (fold_.active() && !configFolds(c, op.sem, fold_.block, fold_.period))
     return llvm::make_error<FoldBroken>(ctx_->graph.where(o));

@@ -10,6 +10,8 @@
 #include "../TestInputs.h"
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <catch2/catch.hpp>
 #include <new>
 #include <random>
@@ -749,13 +751,21 @@ TEST_CASE("ThreadPool: an index's exception reaches parallelFor's caller; "
     ThreadPool pool(threads);
     std::atomic<size_t> started{0};
     // (A worker's exception must not escape its thread: std::terminate.)
-    REQUIRE_THROWS_AS(pool.parallelFor(100000,
-                                       [&](size_t i) {
-                                         ++started;
-                                         if (i == 10)
-                                           throw std::bad_alloc();
-                                       }),
-                      std::bad_alloc);
+    // Indices past the throwing one take 100 us each, so that a throwing
+    // thread the scheduler sets aside for a while (a loaded 2-core CI
+    // machine) still records its error long before the others could reach
+    // the end.
+    REQUIRE_THROWS_AS(
+        pool.parallelFor(100000,
+                         [&](size_t i) {
+                           ++started;
+                           if (i == 10)
+                             throw std::bad_alloc();
+                           if (i > 10)
+                             std::this_thread::sleep_for(
+                                 std::chrono::microseconds(100));
+                         }),
+        std::bad_alloc);
     CHECK(started < 100000);
     std::vector<int> seen(1000, 0);
     pool.parallelFor(seen.size(), [&](size_t i) { seen[i] = 1; });

@@ -148,6 +148,11 @@ std::vector<int> vocabularyLoops(const Graph &g) {
   return out;
 }
 
+bool hasSequence(const Graph &g) {
+  std::vector<int> loops = sequenceLoops(g);
+  return std::any_of(loops.begin(), loops.end(), [](int l) { return l >= 0; });
+}
+
 int32_t megatronVocabPadding(const Graph &g) {
   std::vector<int> loops = vocabularyLoops(g);
   return std::any_of(loops.begin(), loops.end(), [](int l) { return l >= 0; })

@@ -56,10 +56,7 @@ GradSync MegatronConfig::gradSync() const {
 bool MegatronConfig::sequenceParallel(const Graph &g) const {
   if (sp)
     return *sp;
-  if (tp < 2)
-    return false;
-  std::vector<int> seq = sequenceLoops(g);
-  return std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+  return tp > 1 && hasSequence(g);
 }
 
 MegatronConfig MegatronConfig::resolved(const Graph &g) const {
@@ -380,8 +377,7 @@ llvm::Expected<Strategy> megatronConfigStrategy(const Graph &g,
                           g.where(op.id));
     }
   if (sp) {
-    std::vector<int> seq = sequenceLoops(g);
-    if (std::all_of(seq.begin(), seq.end(), [](int l) { return l < 0; }))
+    if (!hasSequence(g))
       return inputError("--strategy megatron: sp=1 (sequence parallelism) "
                         "needs a sequence, and {} has no attention to find "
                         "it by",

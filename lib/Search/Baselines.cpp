@@ -197,9 +197,7 @@ public:
     std::string lastError;
     std::vector<Shaped> pipelined;
     // Sequence parallelism where the graph has a sequence to split.
-    std::vector<int> seq = sequenceLoops(p.graph);
-    bool hasSequence =
-        std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+    bool sequenceToSplit = hasSequence(p.graph);
     // Megatron-LM needs the layers to divide into the stages: a stage
     // count that does not is not one its users can run (and past the layer
     // count a stage would hold a fraction of one).
@@ -210,7 +208,7 @@ public:
         for (bool sp : {false, true})
           if (perNode % t == 0 && nodes % size_t(stages) == 0 &&
               (layers == 0 || layers % stages == 0) &&
-              (!sp || (t > 1 && hasSequence)))
+              (!sp || (t > 1 && sequenceToSplit)))
             // Without stages from one micro-batch: the plain data (and
             // tensor) parallelism the baseline generalises.
             shapes.push_back({t, stages, stages == 1 ? 1 : 0, sp});

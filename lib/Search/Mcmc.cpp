@@ -419,9 +419,7 @@ public:
       int32_t stages = 1;
       while (size_t(stages) * 2 <= nodes && layers % (int64_t(stages) * 2) == 0)
         stages *= 2;
-      std::vector<int> seq = sequenceLoops(g);
-      bool sequence =
-          std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+      bool sequence = hasSequence(g);
       size_t at = 1;
       for (int32_t t : {perNode / 2, perNode}) {
         if (t < 2)

@@ -117,14 +117,12 @@ std::vector<IntraPlan> intraPlans(const SearchProblem &p, size_t group,
     ++k;
   kcuts::KCutsPlan kp = kcuts::kCuts(p.graph, k);
   plans.push_back({"kcuts", kcuts::toStrategy(p.graph, kp).configs});
-  std::vector<int> seq = sequenceLoops(p.graph);
-  bool hasSequence =
-      std::any_of(seq.begin(), seq.end(), [](int l) { return l >= 0; });
+  bool sequenceToSplit = hasSequence(p.graph);
   for (int32_t t = 1; size_t(t) <= group && t <= perNode; t *= 2) {
     // Tensor parallelism with and without sequence parallelism, as a
     // Megatron user tunes it.
     for (bool sequence : {false, true}) {
-      if (sequence && (t < 2 || !hasSequence))
+      if (sequence && (t < 2 || !sequenceToSplit))
         continue;
       IntraPlan m{fmt::format("megatron t={}{}", t, sequence ? " sp" : ""),
                   megatronGroupConfigs(p.graph, t, int64_t(group) / t,

@@ -33,9 +33,7 @@ llvm::Expected<KernelTimes> TaskGraph::kernelTimes(OpId o, const Box &given) {
     }
   }
   const Box &tile = *use;
-  std::vector<int64_t> k = tile.lo;
-  k.insert(k.end(), tile.hi.begin(), tile.hi.end());
-  auto key = std::make_pair(o, std::move(k));
+  auto key = std::make_pair(o, tile);
   auto it = kernelCache_.find(key);
   if (it != kernelCache_.end())
     return it->second;
@@ -94,13 +92,11 @@ bool TaskGraph::defersWeightGrad(OpId o) const {
   const Op &op = ctx_->graph.op(o);
   const OpConfig &c = strategy_.configs[size_t(o)];
   for (int i : op.sem.weightInputs) {
-    std::map<std::vector<int64_t>, DeviceId> first;
+    std::map<Box, DeviceId> first;
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box b = op.sem.inputRegion(i, c.tile(op.sem, k));
-      std::vector<int64_t> bk = b.lo;
-      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
       for (int32_t r = 0; r < c.replicas; ++r) {
-        auto [it, fresh] = first.emplace(bk, c.device(k, r));
+        auto [it, fresh] = first.emplace(b, c.device(k, r));
         if (!fresh && it->second != c.device(k, r))
           return true;
       }
@@ -333,13 +329,8 @@ llvm::Error TaskGraph::buildOp(OpId o) {
               pass == 0 ? Collective::AllGather : Collective::AllReduce, steps);
           tasks_[t].microBatch = mb;
           ot.own.push_back(t);
-          std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
-          for (int64_t k : mem[size_t(gi)])
-            for (int32_t r = 0; r < reps; ++r) {
-              size_t i = size_t(mb * per + k * reps + r);
-              link(ready[i], t);
-              ready[i] = t;
-            }
+          chainReady(t, pass == 0 ? fwdReady : bwdReady, mem[size_t(gi)],
+                     mb * per, reps);
         }
   }
   if (ringLoop >= 0)
@@ -380,12 +371,7 @@ llvm::Error TaskGraph::buildOp(OpId o) {
           tasks_[t].microBatch = mb;
           ot.own.push_back(t);
           ot.sums.push_back({t, mb, gi, g, true, std::move(devs)});
-          for (int64_t k : mem[size_t(g)])
-            for (int32_t r = 0; r < reps; ++r) {
-              size_t i = size_t(mb * per + k * reps + r);
-              link(bwdReady[i], t);
-              bwdReady[i] = t;
-            }
+          chainReady(t, bwdReady, mem[size_t(g)], mb * per, reps);
         }
     }
   ot.bwdOut = bwdReady;
@@ -492,6 +478,17 @@ void TaskGraph::buildStage(int32_t grp, std::vector<TaskId> &owned) {
       link(id, t);
     prev = std::move(cur);
   }
+}
+
+void TaskGraph::chainReady(TaskId t, std::vector<TaskId> &ready,
+                           const std::vector<int64_t> &members, int64_t base,
+                           int32_t reps) {
+  for (int64_t k : members)
+    for (int32_t r = 0; r < reps; ++r) {
+      size_t i = size_t(base + k * reps + r);
+      link(ready[i], t);
+      ready[i] = t;
+    }
 }
 
 } // namespace soap

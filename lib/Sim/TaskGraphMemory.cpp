@@ -57,42 +57,48 @@ void TaskGraph::PeakTree::rangeAdd(size_t node, size_t nlo, size_t nhi,
   max[node] = add[node] + std::max(max[2 * node], max[2 * node + 1]);
 }
 
-Bytes TaskGraph::unheldSavedBytes(OpId o, int64_t k, const Box &mbTile) const {
+std::vector<Bytes> TaskGraph::unheldSavedBytes(OpId o) const {
   const Graph &g = ctx_->graph;
   const Op &op = g.op(o);
   const OpConfig &c = strategy_.configs[size_t(o)];
   const Pipeline &pipe = strategy_.pipeline;
   int32_t m = pipe.microBatches;
-  double unheld = 0;
+  int64_t tiles = c.numTiles();
+  std::vector<double> unheld(static_cast<size_t>(tiles), 0);
+  std::vector<Box> mbTiles(static_cast<size_t>(tiles));
+  for (int64_t k = 0; k < tiles; ++k)
+    mbTiles[size_t(k)] = microBatchTile(c, op.sem, k, 0, m);
   for (const SavedOperand &so : op.sem.saved) {
     ValueId v = so.isOutput ? kNoValue : op.input(size_t(so.index));
     if (v == kNoValue)
       continue;
-    Box region =
-        op.sem.inputRegion(so.index, op.sem.ringBlock(so.index, mbTile));
-    double bytes = double(region.volume()) * so.bytesPerElement;
-    // Saved by a lower op configured alike (on the same stage, so on the
-    // same devices with the same region).
-    bool shared = false;
-    for (OpId u : g.value(v).users) {
-      if (u >= o || strategy_.recomputes(u) ||
-          strategy_.configs[size_t(u)] != c ||
-          pipe.stage(u) != pipe.stage(o))
-        continue;
-      // Alike: tile k of u is on tile k of o's devices.
-      const Op &uo = g.op(u);
-      for (const SavedOperand &us : uo.sem.saved)
-        shared = shared ||
-                 (!us.isOutput && uo.input(size_t(us.index)) == v &&
-                  uo.sem.inputRegion(
-                      us.index,
-                      uo.sem.ringBlock(us.index,
-                                       microBatchTile(c, uo.sem, k, 0, m))) ==
-                      region);
-    }
-    if (shared) {
-      unheld += bytes;
-      continue;
+    auto regionOf = [&](const Op &x, int input, const Box &tile) {
+      return x.sem.inputRegion(input, x.sem.ringBlock(input, tile));
+    };
+    // Tiles reading one region (std::map: in region order, deterministic).
+    std::map<Box, std::vector<int64_t>> readers;
+    for (int64_t k = 0; k < tiles; ++k) {
+      Box region = regionOf(op, so.index, mbTiles[size_t(k)]);
+      double bytes = double(region.volume()) * so.bytesPerElement;
+      // Saved by a lower op configured alike (on the same stage, so tile
+      // k on the same devices with the same region).
+      bool shared = false;
+      for (OpId u : g.value(v).users) {
+        if (u >= o || strategy_.recomputes(u) ||
+            strategy_.configs[size_t(u)] != c ||
+            pipe.stage(u) != pipe.stage(o))
+          continue;
+        const Op &uo = g.op(u);
+        for (const SavedOperand &us : uo.sem.saved)
+          shared = shared ||
+                   (!us.isOutput && uo.input(size_t(us.index)) == v &&
+                    regionOf(uo, us.index,
+                             microBatchTile(c, uo.sem, k, 0, m)) == region);
+      }
+      if (shared)
+        unheld[size_t(k)] += bytes;
+      else
+        readers[region].push_back(k);
     }
     // Gathered from a producer's slices, one on each device reading it.
     OpId p = g.value(v).producer;
@@ -101,32 +107,40 @@ Bytes TaskGraph::unheldSavedBytes(OpId o, int64_t k, const Box &mbTile) const {
     const OpConfig &pc = strategy_.configs[size_t(p)];
     if (pc.replicas != 1)
       continue;
-    std::set<DeviceId> readers;
-    for (int64_t t = 0; t < c.numTiles(); ++t)
-      if (op.sem.inputRegion(so.index,
-                             op.sem.ringBlock(
-                                 so.index, microBatchTile(c, op.sem, t, 0, m))) ==
-          region)
-        readers.insert(c.device(t));
-    if (readers.size() < 2)
-      continue;
     const Op &po = g.op(p);
     int out = g.value(v).producerOutput;
-    size_t slices = 0;
-    int64_t covered = 0;
-    bool fits = true;
-    for (int64_t t = 0; t < pc.numTiles() && fits; ++t) {
-      Box b = po.sem.outputRegion(out, microBatchTile(pc, po.sem, t, 0, m));
-      if (!overlaps(b, region))
+    std::vector<Box> slices(static_cast<size_t>(pc.numTiles()));
+    for (int64_t t = 0; t < pc.numTiles(); ++t)
+      slices[size_t(t)] =
+          po.sem.outputRegion(out, microBatchTile(pc, po.sem, t, 0, m));
+    for (const auto &[region, ks] : readers) {
+      std::set<DeviceId> devices;
+      for (int64_t k : ks)
+        devices.insert(c.device(k));
+      if (devices.size() < 2)
         continue;
-      fits = b.intersect(region) == b && readers.count(pc.device(t));
-      ++slices;
-      covered += b.volume();
+      size_t count = 0;
+      int64_t covered = 0;
+      bool fits = true;
+      for (int64_t t = 0; t < pc.numTiles() && fits; ++t) {
+        const Box &b = slices[size_t(t)];
+        if (!overlaps(b, region))
+          continue;
+        fits = b.intersect(region) == b && devices.count(pc.device(t));
+        ++count;
+        covered += b.volume();
+      }
+      if (!fits || count != devices.size() || covered != region.volume())
+        continue;
+      double bytes = double(region.volume()) * so.bytesPerElement;
+      for (int64_t k : ks)
+        unheld[size_t(k)] += bytes * (1 - 1.0 / double(count));
     }
-    if (fits && slices == readers.size() && covered == region.volume())
-      unheld += bytes * (1 - 1.0 / double(slices));
   }
-  return Bytes(unheld);
+  std::vector<Bytes> out(unheld.size());
+  for (size_t k = 0; k < unheld.size(); ++k)
+    out[k] = Bytes(unheld[k]);
+  return out;
 }
 
 /// Adds (sign +1) or removes (-1) what op `o`'s tiles hold on their
@@ -166,7 +180,7 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
   // Whether ZeRO shards weight input i over several devices: some other
   // tile or replica reading the same region runs elsewhere (as buildWeight
   // groups shards; other ops sharing the weight are not looked at).
-  std::vector<std::map<std::vector<int64_t>, std::set<DeviceId>>> holders(
+  std::vector<std::map<Box, std::set<DeviceId>>> holders(
       op.inputs.size());
   std::vector<int> zeroStage(op.inputs.size(), 0);
   for (int i : op.sem.weightInputs) {
@@ -175,12 +189,12 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       continue;
     for (int64_t k = 0; k < c.numTiles(); ++k) {
       Box b = op.sem.inputRegion(i, c.tile(op.sem, k));
-      std::vector<int64_t> bk = b.lo;
-      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
       for (int32_t r = 0; r < c.replicas; ++r)
-        holders[size_t(i)][bk].insert(c.device(k, r));
+        holders[size_t(i)][b].insert(c.device(k, r));
     }
   }
+  std::vector<Bytes> unheld =
+      rc ? std::vector<Bytes>() : unheldSavedBytes(o);
   for (int64_t k = 0; k < c.numTiles(); ++k) {
     bool any = false;
     for (int32_t r = 0; r < c.replicas; ++r)
@@ -191,7 +205,7 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
     Box mbTile = microBatchTile(c, op.sem, k, 0, m);
     Bytes kept = keptBytes(g, strategy_, o, mbTile);
     if (!rc)
-      kept -= unheldSavedBytes(o, k, mbTile);
+      kept -= unheld[size_t(k)];
     // While the backward runs: the kernel's workspace, the output gradients
     // it reads and the input gradients it writes (activations only: graph
     // inputs and weights get none here; weight gradients are accumulated in
@@ -243,9 +257,7 @@ void TaskGraph::addOpMemory(OpId o, int sign) {
       if (zs < 2)
         continue;
       Box b = op.sem.inputRegion(i, tile);
-      std::vector<int64_t> bk = b.lo;
-      bk.insert(bk.end(), b.hi.begin(), b.hi.end());
-      if (holders[size_t(i)][bk].size() < 2)
+      if (holders[size_t(i)][b].size() < 2)
         continue;
       WeightBytes wb =
           weightBytes(g.value(op.inputs[size_t(i)]), ctx_->optimizer);

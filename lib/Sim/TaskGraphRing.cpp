@@ -113,13 +113,8 @@ void TaskGraph::buildRing(OpId o, int ringLoop, std::vector<TaskId> &fwdReady,
         if (task.spans)
           foldBroken_ = true;
         ot.own.push_back(t);
-        std::vector<TaskId> &ready = pass == 0 ? fwdReady : bwdReady;
-        for (int64_t k : mem[size_t(gi)])
-          for (int32_t rr = 0; rr < reps; ++rr) {
-            size_t i = size_t(mb * per + k * reps + rr);
-            link(ready[i], t);
-            ready[i] = t;
-          }
+        chainReady(t, pass == 0 ? fwdReady : bwdReady, mem[size_t(gi)],
+                   mb * per, reps);
       }
 }
 

@@ -158,33 +158,26 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
           v.shape.dims);
     // Producer tiles writing the same region (partial sums) are one
     // source; send from the copy on the receiving device when there is one.
-    std::map<std::vector<int64_t>, std::vector<int64_t>> sources;
-    for (int64_t t = 0; t < ptiles; ++t) {
-      std::vector<int64_t> b = pbox[t].lo;
-      b.insert(b.end(), pbox[t].hi.begin(), pbox[t].hi.end());
-      sources[b].push_back(t);
-    }
+    std::map<Box, std::vector<int64_t>> sources;
+    for (int64_t t = 0; t < ptiles; ++t)
+      sources[pbox[t]].push_back(t);
     TileIndex index(cbox);
     // Consumer tiles reading one region (they differ only in loops the
-    // input's map lacks) hold its gradient summed by their all-reduce
-    // (TaskGraph::buildOp): a producer task takes it from one of them, the
-    // one on its own device when there is one.
-    std::map<std::vector<int64_t>, std::vector<int64_t>> readers;
+    // input's map lacks). Backward, they hold its gradient summed by their
+    // all-reduce (TaskGraph::buildOp): a producer task takes it from one of
+    // them, the one on its own device when there is one.
+    std::map<Box, std::vector<int64_t>> readers;
     std::vector<const std::vector<int64_t> *> readersOf(static_cast<size_t>(ctiles));
-    if (grad) {
-      for (int64_t t = 0; t < ctiles; ++t) {
-        std::vector<int64_t> b = cbox[t].lo;
-        b.insert(b.end(), cbox[t].hi.begin(), cbox[t].hi.end());
-        auto &same = readers[b];
-        same.push_back(t);
-        readersOf[size_t(t)] = &same; // std::map keeps its nodes in place
-      }
+    for (int64_t t = 0; t < ctiles; ++t) {
+      auto &same = readers[cbox[t]];
+      same.push_back(t);
+      readersOf[size_t(t)] = &same; // std::map keeps its nodes in place
     }
     std::vector<const std::vector<int64_t> *> srcMembers;
     std::vector<Box> srcBox;
-    for (const auto &[boxKey, members] : sources) {
+    for (const auto &[box, members] : sources) {
       srcMembers.push_back(&members);
-      srcBox.push_back(pbox[members[0]]);
+      srcBox.push_back(box);
     }
     // All-gathers instead of transfers (EdgeGather): forward, the consumer
     // tasks that read one region, each on its own device, where the
@@ -228,15 +221,8 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
       return true;
     };
     {
-      std::map<std::vector<int64_t>, std::vector<int64_t>> byRegion;
-      for (int64_t t = 0; t < ctiles; ++t) {
-        std::vector<int64_t> b = cbox[t].lo;
-        b.insert(b.end(), cbox[t].hi.begin(), cbox[t].hi.end());
-        byRegion[b].push_back(t);
-      }
       TileIndex srcIndex(srcBox);
-      for (const auto &[regionKey, tiles] : byRegion) {
-        const Box &q = cbox[tiles[0]];
+      for (const auto &[q, tiles] : readers) {
         std::vector<Holder> from, to;
         for (int64_t kc : tiles)
           for (int32_t rc = 0; rc < crep; ++rc)
@@ -281,8 +267,7 @@ std::shared_ptr<const TaskGraph::EdgePlan> TaskGraph::edgePlan(size_t e,
         bwdGathered[si] = true;
     }
     size_t si = 0;
-    for (const auto &[boxKey, members] : sources) {
-      const Box &pb = pbox[members[0]];
+    for (const auto &[pb, members] : sources) {
       bool bwdGather = bwdGathered[si++];
       for (int64_t kc : index.candidates(pb)) {
         if (!overlaps(pb, cbox[kc]))

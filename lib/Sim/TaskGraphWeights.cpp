@@ -141,16 +141,14 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     Bytes bytes = 0;
     // The distinct boxes each device of this graph holds (two ops reading
     // the same shard on one device share it).
-    std::map<DeviceId, std::set<std::vector<int64_t>>> held;
+    std::map<DeviceId, std::set<Box>> held;
     for (size_t i : members) {
       const Shard &sh = shards[i];
       devs.push_back(sh.device);
       bytes = std::max(bytes, sh.box.volume() * eb);
       if (!mine(sh.device))
         continue;
-      std::vector<int64_t> bk = sh.box.lo;
-      bk.insert(bk.end(), sh.box.hi.begin(), sh.box.hi.end());
-      held[sh.device].insert(std::move(bk));
+      held[sh.device].insert(sh.box);
     }
     std::sort(devs.begin(), devs.end());
     devs.erase(std::unique(devs.begin(), devs.end()), devs.end());
@@ -161,12 +159,8 @@ void TaskGraph::buildWeight(ValueId w, std::vector<TaskId> &owned) {
     };
     for (const auto &[d, bks] : held) {
       int64_t elems = 0;
-      for (const std::vector<int64_t> &bk : bks) {
-        int64_t v = 1;
-        for (size_t l = 0; l < bk.size() / 2; ++l)
-          v *= bk[bk.size() / 2 + l] - bk[l];
-        elems += v;
-      }
+      for (const Box &b : bks)
+        elems += b.volume();
       DeviceMemory dm;
       dm.weights = part(elems * per.weight, 3);
       dm.gradients = part(elems * per.gradient, 2);

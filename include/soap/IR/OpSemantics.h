@@ -88,6 +88,10 @@ struct Box {
   Box intersect(const Box &o) const;
   bool contains(const Box &o) const;
   bool operator==(const Box &o) const { return lo == o.lo && hi == o.hi; }
+  /// Lexicographic on (lo, hi): boxes as keys of ordered maps and sets.
+  bool operator<(const Box &o) const {
+    return lo != o.lo ? lo < o.lo : hi < o.hi;
+  }
   std::string str() const;
   static Box full(const std::vector<int64_t> &dims);
 };

@@ -64,6 +64,9 @@ std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
 /// loop), carried through the ops' index maps from operand to operand in
 /// both directions (weights aside). All -1 in a graph without attention.
 std::vector<int> sequenceLoops(const Graph &g);
+/// Whether `g` has a sequence (some op's sequenceLoops entry), which
+/// sequence parallelism can split.
+bool hasSequence(const Graph &g);
 
 /// Per op, its loop of the vocabulary's size (-1: none), the vocabulary
 /// being the class loop of the graph's SoftmaxCrossEntropyLoss (the one

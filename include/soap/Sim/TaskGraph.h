@@ -407,6 +407,12 @@ private:
   void removeTask(TaskId id, std::vector<TaskId> &touched,
                   std::vector<Seconds> &removedReady);
   void link(TaskId from, TaskId to);
+  /// Puts task `t` after the ready task of each of `members`' replicas
+  /// (index base + k * reps + r in `ready`) and makes it theirs: what
+  /// follows them in the pass follows `t`.
+  void chainReady(TaskId t, std::vector<TaskId> &ready,
+                  const std::vector<int64_t> &members, int64_t base,
+                  int32_t reps);
   llvm::Error buildOp(OpId o);
   /// Op `o`'s ring-attention exchange over its split ring loop
   /// (TaskGraphRing.cpp), after its tiles' forward and backward tasks.
@@ -593,8 +599,8 @@ private:
 
   // Memory, kept up to date as segments are built and removed.
   void addOpMemory(OpId o, int sign);
-  /// What keptBytes counts for op `o`'s tile `k` (micro-batch tile
-  /// `mbTile`) that its device does not hold for it (addOpMemory):
+  /// Per tile of op `o`, what keptBytes counts for it (at its micro-batch
+  /// tile) that its device does not hold for it (addOpMemory):
   ///  - a saved input that a lower op (whose backward runs later) with o's
   ///    configuration saves too: autograd saves the one tensor once (the
   ///    LayerNorm's output that Llama's separate q, k and v projections, or
@@ -606,7 +612,7 @@ private:
   ///    backward (Korthikanti et al. 2022, section 4.2.2), a gather the task
   ///    graph does not add (under tp_comm_overlap it runs beside the
   ///    backward-data GEMM).
-  Bytes unheldSavedBytes(OpId o, int64_t k, const Box &mbTile) const;
+  std::vector<Bytes> unheldSavedBytes(OpId o) const;
   /// Per op, the other ops whose addOpMemory reads its configuration: the
   /// readers of its outputs and the ops saving an input it saves.
   std::vector<std::vector<OpId>> memoryReaders_;
@@ -661,7 +667,7 @@ private:
   /// Per op: the highest op whose backward recomputes it (its own id when
   /// it is not recomputed, or first recomputed by its own backward).
   std::vector<OpId> recomputedUntil_;
-  std::map<std::pair<OpId, std::vector<int64_t>>, KernelTimes> kernelCache_;
+  std::map<std::pair<OpId, Box>, KernelTimes> kernelCache_;
   /// vocabularyLoops(graph), found at the first kernel a padded
   /// vocabulary (Strategy::vocabPadding) could change.
   std::optional<std::vector<int>> vocabLoops_;

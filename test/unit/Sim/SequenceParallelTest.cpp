@@ -277,7 +277,7 @@ TEST_CASE("a tensor several ops save is held once; a delta that changes "
   // What device 0's tiles save, each (tensor, region) once.
   auto heldOnce = [&](const Strategy &st) {
     int32_t m = st.pipeline.microBatches;
-    std::set<std::pair<ValueId, std::vector<int64_t>>> seen;
+    std::set<std::pair<ValueId, Box>> seen;
     double bytes = 0;
     int dropped = 0;
     for (const Op &op : g.ops()) {
@@ -291,9 +291,7 @@ TEST_CASE("a tensor several ops save is held once; a delta that changes "
           if (so.isOutput)
             continue;
           Box r = op.sem.inputRegion(so.index, tile);
-          std::vector<int64_t> key = r.lo;
-          key.insert(key.end(), r.hi.begin(), r.hi.end());
-          if (!seen.insert({op.input(size_t(so.index)), key}).second) {
+          if (!seen.insert({op.input(size_t(so.index)), r}).second) {
             ++dropped;
             bytes -= double(r.volume()) * so.bytesPerElement;
           }

@@ -143,9 +143,12 @@ bool hasDataParallelGroup(const Graph &g, const Strategy &s, OpId o) {
   const Op &op = g.op(o);
   for (int i : op.sem.weightInputs) {
     ValueId w = op.inputs[size_t(i)];
-    // Every shard of the weight, over all its users; one of o's shards
-    // overlapping a shard on another device makes a group.
-    std::vector<std::pair<Box, DeviceId>> all, mine;
+    // Every shard of the weight, over all its users, as its distinct boxes
+    // and the devices holding each (on 1,024 GPUs a weight has a thousand
+    // shards of a few boxes: comparing shard with shard was a tenth of the
+    // pipeline searcher's time). One of o's shards overlapping a shard on
+    // another device makes a group.
+    std::map<Box, std::set<DeviceId>> all, mine;
     for (OpId u : g.value(w).users) {
       const Op &uo = g.op(u);
       const OpConfig &c = s.configs[size_t(u)];
@@ -154,18 +157,26 @@ bool hasDataParallelGroup(const Graph &g, const Strategy &s, OpId o) {
           continue;
         for (int64_t k = 0; k < c.numTiles(); ++k) {
           Box b = uo.sem.inputRegion(int(j), c.tile(uo.sem, k));
+          std::set<DeviceId> &held = all[b];
+          std::set<DeviceId> *own = u == o ? &mine[b] : nullptr;
           for (int32_t r = 0; r < c.replicas; ++r) {
-            all.emplace_back(b, c.device(k, r));
-            if (u == o)
-              mine.emplace_back(b, c.device(k, r));
+            held.insert(c.device(k, r));
+            if (own)
+              own->insert(c.device(k, r));
           }
         }
       }
     }
-    for (const auto &[b, d] : mine)
-      for (const auto &[b2, d2] : all)
-        if (d2 != d && !b.intersect(b2).empty())
+    for (const auto &[b, devices] : mine)
+      for (const auto &[b2, devices2] : all) {
+        if (b.intersect(b2).empty())
+          continue;
+        // Another device holds an overlapping box: two or more holders, or
+        // one that is not the only device holding b.
+        if (devices2.size() > 1 || devices.size() > 1 ||
+            *devices2.begin() != *devices.begin())
           return true;
+      }
   }
   return false;
 }

@@ -405,7 +405,8 @@ public:
     // and over all of a node, sequence parallel, one pipeline stage per
     // node (the most stages up to the nodes that divide the layers), the
     // distributed optimizer, 1F1B over 4 micro-batches a stage (the
-    // megatron baseline's shape), for the chain to refine. Placed right after
+    // megatron baseline's shape), each also interleaved with one layer per
+    // chunk, for the chain to refine. Placed right after
     // data parallelism, so that a time budget reaches them. Their
     // vocabulary is padded as Megatron-LM pads it (Strategy::vocabPadding,
     // as the megatron baseline's), so the LM head splits over the tensor
@@ -440,9 +441,37 @@ public:
                      "{} micro-batches, ZeRO-1",
                      t, sequence ? " (sequence parallel)" : "", stages,
                      s.pipeline.microBatches);
+        // And interleaved, as NeMo's large runs are: one layer per model
+        // chunk (v = layers / p, the bubble (p - 1) / (v m)).
+        std::optional<Strategy> interleaved;
+        int64_t v = layers / stages;
+        if (stages > 1 && v >= 2) {
+          Strategy i = s;
+          i.pipeline.chunks = int32_t(v);
+          i.pipeline.stageOf = layerStages(g, stages * int32_t(v));
+          int64_t d = int64_t(p.topo.numDevices()) / (int64_t(stages) * t);
+          i.configs = megatronStagedConfigs(g, i.pipeline, t, d, sequence,
+                                            i.vocabPadding > 0);
+          MemorySaving{1, MemorySaving::None}.apply(g, i);
+          if (llvm::Error err = verifyStrategy(i, g, p.topo))
+            llvm::consumeError(std::move(err));
+          else
+            interleaved = std::move(i);
+        }
         megatronStart.insert(megatronStart.begin() + std::ptrdiff_t(at), 1);
         initial.insert(initial.begin() + std::ptrdiff_t(at++), std::move(s));
         ++balancedAt;
+        if (interleaved) {
+          spdlog::info("mcmc: Megatron's start: tensor {}{} x pipeline {} "
+                       "interleaved, {} chunks per stage, {} micro-batches, "
+                       "ZeRO-1",
+                       t, sequence ? " (sequence parallel)" : "", stages, v,
+                       interleaved->pipeline.microBatches);
+          megatronStart.insert(megatronStart.begin() + std::ptrdiff_t(at), 1);
+          initial.insert(initial.begin() + std::ptrdiff_t(at++),
+                         std::move(*interleaved));
+          ++balancedAt;
+        }
       }
     }
     // Each candidate simulated once. The candidates that fit first, fastest

@@ -274,21 +274,20 @@ TEST_CASE("the compute bound is under the simulated time", "[Search]") {
   // strategy whose bound is not under the time to beat is neither built nor
   // simulated. Were it ever above a simulated time, they would drop
   // strategies that win. Shapes with and without stages, micro-batch
-  // counts from p to 8p, each of Megatron's rungs, and the interleaved and
-  // zero-bubble schedules.
+  // counts p and 4p, each of Megatron's rungs, and 1F1B and zero-bubble
+  // schedules.
   for (const char *model : {"transformer_small", "gpt2"}) {
-    Fixture f = fixture(model, "dgx-h100-2", 64);
+    Fixture f = fixture(model, "dgx-h100-2", 32);
     SearchProblem p = f.problem();
     for (MegatronShape shape : {MegatronShape{2, 1, 1, false},
                                 MegatronShape{4, 2, 2, true},
-                                MegatronShape{8, 2, 2, false},
                                 MegatronShape{2, 4, 4, true}}) {
       auto s = megatronStrategy(*f.graph, f.topo, shape);
       REQUIRE(static_cast<bool>(s));
       auto bound = ComputeBound::of(p, *s);
       REQUIRE(static_cast<bool>(bound));
       int checked = 0;
-      for (int32_t times : {1, 2, 8}) {
+      for (int32_t times : {1, 4}) {
         for (const MemorySaving &rung : memoryLadder(true)) {
           for (PipelineSchedule schedule :
                {PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1}) {

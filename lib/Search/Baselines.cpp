@@ -231,18 +231,8 @@ public:
       // Lighter rungs at more micro-batches are tried too: Megatron-LM
       // users run a micro-batch of 1 without recomputation where it fits
       // (NeMo's GPT-3 175B) rather than recompute at a larger one.
-      // What cannot beat the second fastest pipelined shape (the schedules
-      // beyond 1F1B are tried on the two fastest) is cut short.
-      Seconds toBeat = std::numeric_limits<Seconds>::infinity();
-      if (pipelined.size() >= 2) {
-        std::vector<Seconds> times;
-        for (const Shaped &q : pipelined)
-          times.push_back(q.time);
-        std::nth_element(times.begin(), times.begin() + 1, times.end());
-        toBeat = times[1];
-      }
       auto fit = fitMicroBatches(p, *s, memoryLadder(true), n, o,
-                                 /*whileLighter=*/true, toBeat);
+                                 /*whileLighter=*/true);
       if (!fit)
         return fit.takeError();
       tried_ += n;
@@ -258,11 +248,6 @@ public:
       if (!*fit) {
         spdlog::info("megatron: t={} p={}{}: does not fit", t, stages,
                      sp ? " sp" : "");
-        continue;
-      }
-      if (!std::isfinite((*fit)->first)) {
-        spdlog::info("megatron: t={} p={}{}: cannot beat {:.3f} ms", t,
-                     stages, sp ? " sp" : "", toBeat * 1e3);
         continue;
       }
       spdlog::info("megatron: t={} p={}{} m={}{}: {:.3f} ms", t, stages,

@@ -3,20 +3,17 @@
 // devices, at most max(8, nodes)) the devices form p equal groups of
 // consecutive ids; for each intra-stage plan of such a group (SOYBEAN's k-cuts
 // tiling on log2(group) cuts, and Megatron's tensor x data split for every
-// tensor degree that fits a node, with and without sequence parallelism)
+// tensor degree that fits a node, with and without sequence parallelism,
+// with Megatron-LM's padded vocabulary)
 // the op sequence is cut into p contiguous
 // stages that minimise Alpa's pipeline latency, the sum of the stage times plus
 // (m - 1) times the slowest: the sum is fixed, so this is the linear partition
-// that minimises the slowest stage, from each op's cost under that plan. The
-// candidates are taken in the order of a rough time (slowest stage with its
-// gradient all-reduces, 1F1B's bubble at m = 4p), and each is simulated with
-// m micro-batches (1F1B) from m = p, doubled while nothing fits yet or the
-// time still improves, each count tried again with ZeRO and recomputation
-// when it does not fit (fitMicroBatches); the fastest that fits is kept.
-// Once two pipelines fit, what cannot beat the second fastest on its
-// compute alone (ComputeBound) is neither built nor simulated, and a
-// simulation stops once it cannot. The two fastest pipelines are tried
-// again under zb-h1 and interleaved (refineSchedule).
+// that minimises the slowest stage, from each op's cost under that plan. Each
+// candidate is then simulated with m micro-batches (1F1B) from m = p,
+// doubled while nothing fits yet or the time still improves, each count
+// tried again with ZeRO and recomputation when it does not fit
+// (fitMicroBatches); the fastest that fits is kept. The two fastest
+// pipelines are tried again under zb-h1 and interleaved (refineSchedule).
 #include "ConfigCost.h"
 #include "KCuts.h"
 #include "soap/Parallel/Megatron.h"
@@ -40,6 +37,9 @@ struct IntraPlan {
   /// Megatron's sequence parallelism: its collectives overlapped with the
   /// GEMMs, as NeMo's recipes run it (GradSync::tpCommOverlap).
   bool sequence = false;
+  /// Strategy::vocabPadding: Megatron's padded vocabulary, so that its LM
+  /// head, embedding and loss split t ways at any t.
+  int32_t vocabPadding = 0;
 };
 
 /// Cuts ops 0..n-1 into `p` contiguous, non-empty stages whose slowest is
@@ -129,10 +129,15 @@ std::vector<IntraPlan> intraPlans(const SearchProblem &p, size_t group,
     for (bool sequence : {false, true}) {
       if (sequence && (t < 2 || !sequenceToSplit))
         continue;
+      // With Megatron-LM's padded vocabulary, as the megatron baseline
+      // runs it: without it, a vocabulary t does not divide (GPT's 50,257)
+      // leaves the LM head replicated over the tensor group, t times its
+      // work (GPT-3 175B, t 4: 4.8 s more on the last stage of 8).
+      int32_t padding = t > 1 ? megatronVocabPadding(p.graph) : 0;
       IntraPlan m{fmt::format("megatron t={}{}", t, sequence ? " sp" : ""),
                   megatronGroupConfigs(p.graph, t, int64_t(group) / t,
-                                       sequence),
-                  sequence};
+                                       sequence, padding > 0),
+                  sequence, padding};
       // k-cuts often is data parallelism, which is Megatron's t = 1.
       bool seen = false;
       for (const IntraPlan &q : plans)
@@ -153,20 +158,6 @@ struct Fitted {
   std::vector<double> cost;
   Strategy strategy;
 };
-
-/// What a pipeline must beat to matter: the fastest strategy so far, and
-/// the second fastest pipeline (the schedules beyond 1F1B are tried on the
-/// two fastest). Until two pipelines fit, nothing is cut.
-Seconds timeToBeat(const std::optional<SearchResult> &best,
-                   const std::vector<Fitted> &fitted) {
-  if (!best || fitted.size() < 2)
-    return std::numeric_limits<Seconds>::infinity();
-  std::vector<Seconds> times;
-  for (const Fitted &f : fitted)
-    times.push_back(f.time);
-  std::nth_element(times.begin(), times.begin() + 1, times.end());
-  return std::max(best->iterationTime, times[1]);
-}
 
 /// The schedules beyond 1F1B, on the two fastest pipelines: zb-h1, and the
 /// interleaved 1F1B with v = 2, 4, 8, 16 and (in a layer stack) every
@@ -205,7 +196,13 @@ llvm::Error refineSchedule(const SearchProblem &p, const SearchOptions &o,
         break;
       Strategy s = base;
       s.pipeline.chunks = v;
-      s.pipeline.stageOf = cutStages(f.cost, stages * v);
+      // Whole layers per chunk where they divide, as Megatron-LM cuts them
+      // (the embedding with the first, the LM head with the last): a cut by
+      // cost into p v stages need not give every device group the same
+      // layers, and a group's chunks add up.
+      s.pipeline.stageOf = layers > 0 && layers % (int64_t(stages) * v) == 0
+                               ? layerStages(p.graph, stages * v)
+                               : cutStages(f.cost, stages * v);
       if (s.pipeline.stageOf.empty())
         continue;
       s.configs = f.configs;
@@ -242,20 +239,13 @@ public:
     // Stages across nodes as Megatron places them, and up to 8 inside
     // one: more stages than that only add bubbles at these batch sizes.
     size_t maxStages = std::max<size_t>(8, nodes);
-    // Every (stage count, intra-stage plan), with its stages cut and a
-    // rough time to try the likeliest first: its slowest stage's work and
-    // gradient all-reduces (configCost's busiest and tail), with 1F1B's
-    // bubble at m = 4p. The fits that follow cut short what cannot beat
-    // the two fastest pipelines so far (fitMicroBatches' cut), so the
-    // sooner those are good, the less is built: on 1,024 GPUs one stage
-    // of 1,024 devices, tried first, took 4 of the search's 6 minutes.
+    // Every (stage count, intra-stage plan), with its stages cut.
     struct Candidate {
       int32_t stages;
       size_t group;
       IntraPlan plan;
       std::vector<double> cost;
       Strategy strategy;
-      Seconds estimate;
     };
     std::vector<Candidate> candidates;
     for (int32_t stages = 1; size_t(stages) <= std::min(devices, maxStages) &&
@@ -269,18 +259,18 @@ public:
       for (IntraPlan &plan : intraPlans(p, group, perNode)) {
         // Each op's time on its group: its busiest device's forward and
         // backward work.
-        std::vector<double> cost, withSync;
+        std::vector<double> cost;
         for (const Op &op : p.graph.ops()) {
           auto cc = configCost(p, op, plan.configs[size_t(op.id)]);
           if (!cc)
             return cc.takeError();
           cost.push_back(cc->busiest());
-          withSync.push_back(cc->busiest() + cc->tail);
         }
         // m from the stage count up (1F1B's bubble shrinks as m grows).
         Strategy s;
         s.configs = plan.configs;
         s.gradSync.tpCommOverlap = plan.sequence;
+        s.vocabPadding = plan.vocabPadding;
         s.pipeline.microBatches = stages;
         s.pipeline.schedule = PipelineSchedule::OneFOneB;
         if (stages > 1) {
@@ -295,20 +285,10 @@ public:
           llvm::consumeError(std::move(err)); // m does not divide
           continue;
         }
-        std::vector<Seconds> perStage(size_t(stages), 0);
-        for (const Op &op : p.graph.ops())
-          perStage[size_t(s.pipeline.stage(op.id))] += withSync[size_t(op.id)];
-        Seconds slowest = *std::max_element(perStage.begin(), perStage.end());
-        Seconds estimate =
-            slowest * (1 + double(stages - 1) / double(4 * stages));
         candidates.push_back({stages, group, std::move(plan), std::move(cost),
-                              std::move(s), estimate});
+                              std::move(s)});
       }
     }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Candidate &a, const Candidate &b) {
-                       return a.estimate < b.estimate;
-                     });
     for (Candidate &c : candidates) {
       if (o.pastDeadline())
         break;
@@ -317,21 +297,13 @@ public:
       const IntraPlan &plan = c.plan;
       Strategy &s = c.strategy;
       // Micro-batches doubled while nothing fits or they still pay, each
-      // count with ZeRO and recomputation when it does not fit as it is;
-      // what cannot beat the time to beat is cut short.
-      Seconds toBeat = timeToBeat(best, fitted);
-      auto fit = fitMicroBatches(p, s, memoryLadder(), simulated, o,
-                                 /*whileLighter=*/false, toBeat);
+      // count with ZeRO and recomputation when it does not fit as it is.
+      auto fit = fitMicroBatches(p, s, memoryLadder(), simulated, o);
       if (!fit)
         return fit.takeError();
       if (!*fit) {
         spdlog::info("pipeline: {} stages x {} ({}): does not fit", stages,
                      group, plan.name);
-        continue;
-      }
-      if (!std::isfinite((*fit)->first)) {
-        spdlog::info("pipeline: {} stages x {} ({}): cannot beat {:.3f} ms",
-                     stages, group, plan.name, toBeat * 1e3);
         continue;
       }
       spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms", stages,

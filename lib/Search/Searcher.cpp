@@ -3,11 +3,8 @@
 
 #include "soap/Parallel/WhatIf.h"
 
-#include "ConfigCost.h"
-
 #include "soap/Support/Error.h"
 #include <cmath>
-#include <set>
 #include <spdlog/spdlog.h>
 
 namespace soap {
@@ -156,10 +153,6 @@ void MemorySaving::apply(const Graph &g, Strategy &s) const {
   s.zero.clear();
   if (zero)
     s.zero = zeroPolicy(g, s, zero);
-  applyRecompute(g, s);
-}
-
-void MemorySaving::applyRecompute(const Graph &g, Strategy &s) const {
   s.recompute.clear();
   if (recompute == Selective && coreAttention)
     s.recompute = megatronSelectiveRecompute(g);
@@ -191,87 +184,16 @@ evaluateIfFits(const SearchProblem &p, const Strategy &s, size_t maxTasks,
   return std::optional<Seconds>(e->first);
 }
 
-llvm::Expected<ComputeBound> ComputeBound::of(const SearchProblem &p,
-                                               const Strategy &s) {
-  ComputeBound b;
-  const Graph &g = p.graph;
-  size_t groups = size_t(s.pipeline.numGroups());
-  std::vector<std::set<DeviceId>> devices(groups);
-  b.groupOf_.resize(g.numOps());
-  b.fwd_.resize(g.numOps());
-  b.bwd_.resize(g.numOps());
-  for (const Op &op : g.ops()) {
-    const OpConfig &c = s.configs[size_t(op.id)];
-    auto cc = configCost(p, op, c);
-    if (!cc)
-      return cc.takeError();
-    int32_t grp = s.pipeline.group(s.pipeline.stage(op.id));
-    b.groupOf_[size_t(op.id)] = grp;
-    b.fwd_[size_t(op.id)] = cc->work[Fwd];
-    b.bwd_[size_t(op.id)] = cc->work[Bwd];
-    devices[size_t(grp)].insert(c.devices.begin(), c.devices.end());
-  }
-  // Work per device of the group.
-  for (const Op &op : g.ops()) {
-    double n = double(
-        std::max<size_t>(1, devices[size_t(b.groupOf_[size_t(op.id)])].size()));
-    b.fwd_[size_t(op.id)] /= n;
-    b.bwd_[size_t(op.id)] /= n;
-  }
-  return b;
-}
-
-Seconds ComputeBound::operator()(const Strategy &s) const {
-  std::vector<Seconds> work;
-  for (size_t o = 0; o < groupOf_.size(); ++o) {
-    size_t grp = size_t(groupOf_[o]);
-    if (grp >= work.size())
-      work.resize(grp + 1, 0);
-    work[grp] += fwd_[o] + bwd_[o] + (s.recomputes(OpId(o)) ? fwd_[o] : 0);
-  }
-  Seconds bound = 0;
-  for (Seconds w : work)
-    bound = std::max(bound, w);
-  const Pipeline &pl = s.pipeline;
-  if (pl.schedule == PipelineSchedule::OneFOneB && pl.chunks == 1 &&
-      work.size() > 1) {
-    Seconds others = 0;
-    for (size_t grp = 0; grp + 1 < work.size(); ++grp)
-      others += work[grp];
-    bound = std::max(bound,
-                     work.back() + others / double(std::max(1, pl.microBatches)));
-  }
-  return bound;
-}
-
 llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
                                         const std::vector<MemorySaving> &ladder,
                                         uint64_t &evaluated,
                                         const SearchOptions *o,
-                                        Seconds limit,
-                                        const ComputeBound *bound,
-                                        Seconds cut) {
-  // The first rung from which no rung's compute bound is under `cut`.
-  size_t hopeless = ladder.size();
-  if (bound && std::isfinite(cut)) {
-    Strategy probe = s;
-    while (hopeless > 0) {
-      ladder[hopeless - 1].applyRecompute(p.graph, probe);
-      if ((*bound)(probe) < cut)
-        break;
-      --hopeless;
-    }
-  }
+                                        Seconds limit) {
   LadderFit fit;
   for (size_t i = 0; i < ladder.size(); ++i) {
     const MemorySaving &rung = ladder[i];
     if (o && evaluated > 0 && o->pastDeadline())
       break;
-    if (i >= hopeless) {
-      fit = LadderFit();
-      fit.cut = true;
-      break;
-    }
     rung.apply(p.graph, s);
     fit = LadderFit();
     fit.rung = rung;
@@ -287,7 +209,7 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
       // highest stage with full recomputation), does not either, neither
       // does any between (on 1,024 GPUs a shape that fits nowhere built
       // every rung's memory at every micro-batch count).
-      if (i == 0 && ladder.size() > 2 && hopeless == ladder.size()) {
+      if (i == 0 && ladder.size() > 2) {
         ladder.back().apply(p.graph, s);
         SimContext ctx = p.context();
         auto mem = TaskGraph::buildMemory(ctx, s);
@@ -312,39 +234,24 @@ llvm::Expected<LadderFit> fitWithLadder(const SearchProblem &p, Strategy &s,
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-                const SearchOptions &o, bool whileLighter, Seconds cut) {
+                const SearchOptions &o, bool whileLighter) {
   std::optional<std::pair<Seconds, MemorySaving>> best;
   std::optional<Strategy> bestStrategy;
   Strategy cur = s;
   size_t lastRung = ladder.size();
   int misses = 0; ///< counts in a row that did not pay
-  bool wasCut = false; ///< a count that could not beat `cut`
-  std::optional<ComputeBound> bound;
-  if (std::isfinite(cut)) {
-    auto b = ComputeBound::of(p, s);
-    if (!b)
-      return b.takeError();
-    bound = std::move(*b);
-  }
   while (!o.pastDeadline()) {
-    // A count that cannot beat the best (or `cut`) is one that does not
-    // pay: its simulation stops once that is certain.
-    Seconds fastest =
-        best ? best->first : std::numeric_limits<Seconds>::infinity();
-    auto fit = fitWithLadder(p, cur, ladder, evaluated, &o,
-                             std::min(fastest, cut),
-                             bound ? &*bound : nullptr, cut);
+    // A count that cannot beat the best is one that does not pay: its
+    // simulation stops once that is certain.
+    auto fit = fitWithLadder(
+        p, cur, ladder, evaluated, &o,
+        best ? best->first : std::numeric_limits<Seconds>::infinity());
     if (!fit)
       return fit.takeError();
     // A graph past taskLimit: more micro-batches only make it larger.
     if (fit->tooLarge)
       break;
-    // Whether this count lost to `cut` rather than to the fastest count:
-    // then it says nothing of whether more micro-batches pay.
-    bool lostToCut = (fit->cut || (fit->fits && !std::isfinite(fit->time))) &&
-                     cut < fastest;
-    wasCut |= lostToCut;
-    if (fit->fits && !lostToCut) {
+    if (fit->fits) {
       bool lighter = fit->rungIndex < lastRung;
       lastRung = fit->rungIndex;
       if (best && fit->time >= best->first) {
@@ -357,11 +264,6 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
         bestStrategy = cur;
         misses = 0;
       }
-    } else if (fit->cut && !lostToCut) {
-      // Cannot beat the fastest count (which fits with fewer
-      // micro-batches, so this count fits too): it does not pay.
-      if (!whileLighter || ++misses >= 2)
-        break;
     }
     // The next count, if every sample loop still divides.
     cur.pipeline.microBatches *= 2;
@@ -372,9 +274,6 @@ fitMicroBatches(const SearchProblem &p, Strategy &s,
   }
   if (bestStrategy)
     s = std::move(*bestStrategy);
-  if (!best && wasCut)
-    return std::optional<std::pair<Seconds, MemorySaving>>(std::make_pair(
-        std::numeric_limits<Seconds>::infinity(), MemorySaving()));
   return best;
 }
 
@@ -409,17 +308,12 @@ llvm::Error keepFastestFit(const SearchProblem &p, const SearchOptions &o,
       llvm::consumeError(std::move(err));
       continue;
     }
-    auto bound = ComputeBound::of(p, s);
-    if (!bound)
-      return bound.takeError();
-    auto fit = fitWithLadder(p, s, ladder, evaluated, &o, best.iterationTime,
-                             &*bound, best.iterationTime);
+    auto fit = fitWithLadder(p, s, ladder, evaluated, &o, best.iterationTime);
     if (!fit)
       return fit.takeError();
     spdlog::info("{} v={} {}{}: {}", label, s.pipeline.chunks,
                  scheduleName(s.pipeline.schedule).str(), fit->rung.str(),
-                 fit->cut     ? std::string("cannot beat it")
-                 : !fit->fits ? std::string("does not fit")
+                 !fit->fits ? std::string("does not fit")
                  : std::isfinite(fit->time)
                      ? fmt::format("{:.3f} ms", fit->time * 1e3)
                      : std::string("slower"));

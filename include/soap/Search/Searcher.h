@@ -230,8 +230,6 @@ struct MemorySaving {
   /// ", ZeRO-1, selective recomputation" ("" for none).
   std::string str() const;
   void apply(const Graph &g, Strategy &s) const;
-  /// The recomputation alone (s.zero unchanged).
-  void applyRecompute(const Graph &g, Strategy &s) const;
 };
 
 /// The savings a searcher tries, in the order they cost time: ZeRO-1 and -2
@@ -248,38 +246,11 @@ std::vector<MemorySaving> memoryLadder(bool megatronOnly = false);
 struct LadderFit {
   Seconds time = 0;
   bool fits = false;
-  /// The rungs from some point on were not tried: their compute alone
-  /// (ComputeBound) cannot beat fitWithLadder's `cut`.
-  bool cut = false;
   /// The last rung's task graph passed taskLimit: more micro-batches only
   /// make it larger.
   bool tooLarge = false;
   MemorySaving rung;
   size_t rungIndex = 0; ///< rung's place in the ladder
-};
-
-/// A lower bound on a strategy's iteration time from its compute alone,
-/// for every micro-batch count and memory saving of one set of
-/// configurations and stages: each device group's forward, backward and
-/// recomputed forward work (configCost's, summed over the ops of its
-/// stages) spread evenly over its devices; and under 1F1B with one chunk
-/// per group, the last stage's work plus what it waits for, the other
-/// stages' work on one micro-batch (its first forward comes through them,
-/// its last backward goes back through them). Communication, imbalance and
-/// the bubbles of other schedules only add to it; so does splitting a
-/// batch into micro-batches, as long as a kernel on 1/m of a tile takes at
-/// least 1/m of its time, as the cost model's efficiency curves give.
-class ComputeBound {
-public:
-  static llvm::Expected<ComputeBound> of(const SearchProblem &p,
-                                         const Strategy &s);
-  /// The bound for `s`: the configurations and stages given to of(), with
-  /// any micro-batch count, schedule and recomputation.
-  Seconds operator()(const Strategy &s) const;
-
-private:
-  std::vector<int32_t> groupOf_;       ///< per op, its device group
-  std::vector<Seconds> fwd_, bwd_;     ///< per op, its work on its group
 };
 
 /// Evaluates `s` and, while it does not fit, again with each rung of
@@ -289,16 +260,12 @@ private:
 /// as not fitting and ends the ladder, as does `o`'s deadline. The rung
 /// that fits is simulated with `limit` (evaluate). When the first rung does
 /// not fit, the last (the lightest) is tried next: if it does not fit,
-/// none between is tried. With `bound`, the rungs
-/// from the first after which none has a compute bound under `cut` are
-/// not tried (LadderFit::cut): none of them can beat it.
+/// none between is tried.
 llvm::Expected<LadderFit>
 fitWithLadder(const SearchProblem &p, Strategy &s,
               const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
               const SearchOptions *o = nullptr,
-              Seconds limit = std::numeric_limits<Seconds>::infinity(),
-              const ComputeBound *bound = nullptr,
-              Seconds cut = std::numeric_limits<Seconds>::infinity());
+              Seconds limit = std::numeric_limits<Seconds>::infinity());
 
 /// Gradient accumulation and micro-batching as a user tunes them: `s` with
 /// its micro-batches m, 2m, 4m, ... (while every sample loop still divides),
@@ -315,18 +282,10 @@ fitWithLadder(const SearchProblem &p, Strategy &s,
 /// it is certain not to beat the fastest so far (evaluate's `limit`): the
 /// same counts, rungs and result as simulating each to its end, since a
 /// count that does not beat it is one that does not pay.
-///
-/// `cut` (a searcher's time to beat): counts and rungs that cannot beat it
-/// are neither built nor simulated to their end (fitWithLadder's bound;
-/// evaluate's limit), and a count that cannot does not end the doubling
-/// unless it cannot beat the fastest count either: more micro-batches
-/// shrink the bubble. When nothing that fits beats `cut` and some count
-/// was cut short, the result's time is +infinity and `s` is unchanged.
 llvm::Expected<std::optional<std::pair<Seconds, MemorySaving>>>
 fitMicroBatches(const SearchProblem &p, Strategy &s,
                 const std::vector<MemorySaving> &ladder, uint64_t &evaluated,
-                const SearchOptions &o, bool whileLighter = false,
-                Seconds cut = std::numeric_limits<Seconds>::infinity());
+                const SearchOptions &o, bool whileLighter = false);
 
 /// Each of `tries` that verifies, through fitWithLadder (`ladder`, limited
 /// by `best`'s time), logged as "`label` <pipeline>: <time>"; the fastest

@@ -3,13 +3,11 @@
 // names unknown searchers.
 #include "../TestInputs.h"
 #include "soap/Parallel/ConfigSpace.h"
-#include "soap/Parallel/Megatron.h"
 #include "soap/Search/Driver.h"
 #include "soap/Support/Error.h"
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <functional>
-#include <limits>
 #include <utility>
 
 using namespace soap;
@@ -267,52 +265,4 @@ TEST_CASE("exhaustive search finds the brute-force optimum", "[Search]") {
   CHECK(ex->result.provenOptimal);
   // The bounds pruned: fewer strategies simulated than exist.
   CHECK(ex->result.proposals < count);
-}
-
-TEST_CASE("the compute bound is under the simulated time", "[Search]") {
-  // ComputeBound is what the pipeline and megatron searchers cut with: a
-  // strategy whose bound is not under the time to beat is neither built nor
-  // simulated. Were it ever above a simulated time, they would drop
-  // strategies that win. Shapes with and without stages, micro-batch
-  // counts p and 4p, each of Megatron's rungs, and 1F1B and zero-bubble
-  // schedules.
-  for (const char *model : {"transformer_small", "gpt2"}) {
-    Fixture f = fixture(model, "dgx-h100-2", 32);
-    SearchProblem p = f.problem();
-    for (MegatronShape shape : {MegatronShape{2, 1, 1, false},
-                                MegatronShape{4, 2, 2, true},
-                                MegatronShape{2, 4, 4, true}}) {
-      auto s = megatronStrategy(*f.graph, f.topo, shape);
-      REQUIRE(static_cast<bool>(s));
-      auto bound = ComputeBound::of(p, *s);
-      REQUIRE(static_cast<bool>(bound));
-      int checked = 0;
-      for (int32_t times : {1, 4}) {
-        for (const MemorySaving &rung : memoryLadder(true)) {
-          for (PipelineSchedule schedule :
-               {PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1}) {
-            Strategy t = *s;
-            t.pipeline.microBatches = shape.microBatches * times;
-            t.pipeline.schedule = schedule;
-            if (llvm::Error err = verifyPipeline(t, *f.graph)) {
-              llvm::consumeError(std::move(err));
-              continue;
-            }
-            rung.apply(*f.graph, t);
-            auto e = evaluate(p, t, 0,
-                              std::numeric_limits<Seconds>::infinity());
-            REQUIRE(static_cast<bool>(e));
-            Seconds lb = (*bound)(t);
-            INFO(model << " t=" << shape.tensor << " p=" << shape.pipeline
-                       << " m=" << t.pipeline.microBatches << rung.str()
-                       << " " << scheduleName(schedule).str());
-            CHECK(lb > 0);
-            CHECK(lb <= e->first);
-            ++checked;
-          }
-        }
-      }
-      CHECK(checked > 0);
-    }
-  }
 }

@@ -287,6 +287,19 @@ std::vector<OpConfig> megatronStagedConfigs(const Graph &g,
   return configs;
 }
 
+Strategy megatronInterleaved(const Graph &g, const Topology &topo,
+                             const Strategy &s, int32_t t, bool sequence,
+                             int32_t v) {
+  int32_t stages = s.pipeline.numStages();
+  Strategy i = s;
+  i.pipeline.chunks = v;
+  i.pipeline.stageOf = layerStages(g, stages * v);
+  int64_t d = int64_t(topo.numDevices()) / (int64_t(stages) * t);
+  i.configs = megatronStagedConfigs(g, i.pipeline, t, d, sequence,
+                                    i.vocabPadding > 0);
+  return i;
+}
+
 std::vector<int32_t> balancedStages(const Graph &g, int32_t stages) {
   std::vector<double> flops;
   double total = 0;

@@ -306,8 +306,6 @@ private:
     for (size_t k = 0; k < shapes.size() && k < 2; ++k) {
       const Strategy &base = shapes[k].strategy;
       int32_t stages = base.pipeline.numStages();
-      int64_t d = int64_t(p.topo.numDevices()) / (int64_t(stages) *
-                                                   shapes[k].tensor);
       std::vector<Strategy> tries;
       Strategy zb = base;
       zb.pipeline.schedule = PipelineSchedule::ZbH1;
@@ -319,13 +317,9 @@ private:
         if ((layers / stages) % v != 0 ||
             base.pipeline.microBatches % stages != 0)
           continue;
-        Strategy s = base;
-        s.pipeline.chunks = int32_t(v);
-        s.pipeline.stageOf = layerStages(p.graph, stages * int32_t(v));
-        s.configs = megatronStagedConfigs(p.graph, s.pipeline, shapes[k].tensor,
-                                          d, shapes[k].sequence,
-                                          s.vocabPadding > 0);
-        tries.push_back(std::move(s));
+        tries.push_back(megatronInterleaved(p.graph, p.topo, base,
+                                            shapes[k].tensor,
+                                            shapes[k].sequence, int32_t(v)));
       }
       // As it is, then with Megatron's savings (the distributed optimizer,
       // selective and full recomputation) if it does not fit.

@@ -446,12 +446,8 @@ public:
         std::optional<Strategy> interleaved;
         int64_t v = layers / stages;
         if (stages > 1 && v >= 2) {
-          Strategy i = s;
-          i.pipeline.chunks = int32_t(v);
-          i.pipeline.stageOf = layerStages(g, stages * int32_t(v));
-          int64_t d = int64_t(p.topo.numDevices()) / (int64_t(stages) * t);
-          i.configs = megatronStagedConfigs(g, i.pipeline, t, d, sequence,
-                                            i.vocabPadding > 0);
+          Strategy i =
+              megatronInterleaved(g, p.topo, s, t, sequence, int32_t(v));
           MemorySaving{1, MemorySaving::None}.apply(g, i);
           if (llvm::Error err = verifyStrategy(i, g, p.topo))
             llvm::consumeError(std::move(err));

@@ -239,15 +239,6 @@ public:
     // Stages across nodes as Megatron places them, and up to 8 inside
     // one: more stages than that only add bubbles at these batch sizes.
     size_t maxStages = std::max<size_t>(8, nodes);
-    // Every (stage count, intra-stage plan), with its stages cut.
-    struct Candidate {
-      int32_t stages;
-      size_t group;
-      IntraPlan plan;
-      std::vector<double> cost;
-      Strategy strategy;
-    };
-    std::vector<Candidate> candidates;
     for (int32_t stages = 1; size_t(stages) <= std::min(devices, maxStages) &&
                              size_t(stages) <= p.graph.numOps();
          stages *= 2) {
@@ -266,6 +257,8 @@ public:
             return cc.takeError();
           cost.push_back(cc->busiest());
         }
+        if (o.pastDeadline())
+          break;
         // m from the stage count up (1F1B's bubble shrinks as m grows).
         Strategy s;
         s.configs = plan.configs;
@@ -285,39 +278,29 @@ public:
           llvm::consumeError(std::move(err)); // m does not divide
           continue;
         }
-        candidates.push_back({stages, group, std::move(plan), std::move(cost),
-                              std::move(s)});
+        // Micro-batches doubled while nothing fits or they still pay, each
+        // count with ZeRO and recomputation when it does not fit as it is.
+        auto fit = fitMicroBatches(p, s, memoryLadder(), simulated, o);
+        if (!fit)
+          return fit.takeError();
+        if (!*fit) {
+          spdlog::info("pipeline: {} stages x {} ({}): does not fit", stages,
+                       group, plan.name);
+          continue;
+        }
+        spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms", stages,
+                     group, plan.name, s.pipeline.microBatches,
+                     (*fit)->second.str(), (*fit)->first * 1e3);
+        if (stages > 1)
+          fitted.push_back({(*fit)->first, group, plan.configs, cost, s});
+        if (!best || (*fit)->first < best->iterationTime) {
+          best = SearchResult();
+          best->strategy = std::move(s);
+          best->iterationTime = (*fit)->first;
+        }
+        if (o.progress)
+          o.progress({best->iterationTime, simulated, 0, 0});
       }
-    }
-    for (Candidate &c : candidates) {
-      if (o.pastDeadline())
-        break;
-      int32_t stages = c.stages;
-      size_t group = c.group;
-      const IntraPlan &plan = c.plan;
-      Strategy &s = c.strategy;
-      // Micro-batches doubled while nothing fits or they still pay, each
-      // count with ZeRO and recomputation when it does not fit as it is.
-      auto fit = fitMicroBatches(p, s, memoryLadder(), simulated, o);
-      if (!fit)
-        return fit.takeError();
-      if (!*fit) {
-        spdlog::info("pipeline: {} stages x {} ({}): does not fit", stages,
-                     group, plan.name);
-        continue;
-      }
-      spdlog::info("pipeline: {} stages x {} ({}), m={}{}: {:.3f} ms", stages,
-                   group, plan.name, s.pipeline.microBatches,
-                   (*fit)->second.str(), (*fit)->first * 1e3);
-      if (stages > 1)
-        fitted.push_back({(*fit)->first, group, plan.configs, c.cost, s});
-      if (!best || (*fit)->first < best->iterationTime) {
-        best = SearchResult();
-        best->strategy = s;
-        best->iterationTime = (*fit)->first;
-      }
-      if (o.progress)
-        o.progress({best->iterationTime, simulated, 0, 0});
     }
     if (best)
       if (auto err = refineSchedule(p, o, fitted, *best, simulated))

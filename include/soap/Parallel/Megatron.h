@@ -68,6 +68,15 @@ std::vector<int> sequenceLoops(const Graph &g);
 /// sequence parallelism can split.
 bool hasSequence(const Graph &g);
 
+/// `s`, a Megatron strategy of t-way tensor parallelism over its p stages
+/// (megatronStrategy), interleaved with v model chunks per device group as
+/// Megatron-LM's virtual pipeline runs it: p v stages of equal layers
+/// (layerStages), stage k on group k mod p, each op configured as its
+/// group's (megatronStagedConfigs); all else as in `s`.
+Strategy megatronInterleaved(const Graph &g, const Topology &topo,
+                             const Strategy &s, int32_t t, bool sequence,
+                             int32_t v);
+
 /// Per op, its loop of the vocabulary's size (-1: none), the vocabulary
 /// being the class loop of the graph's SoftmaxCrossEntropyLoss (the one
 /// its softmax reduces) where a token embedding (a Gather of a weight)
